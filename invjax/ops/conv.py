@@ -1,0 +1,73 @@
+"""Plain 2D convolution with a downsampling rule that keeps the pixel grid symmetric.
+
+Every convolution of invjax (standard, E(2), scale) goes through :func:`conv2d`, so the rule below
+holds for the whole library.
+
+Stride rule (exactness of 90-degree rotations and flips under stride 2)
+  A stride-2 convolution keeps the input samples ``0, 2, 4, ...``. On an *odd* grid of size ``H``
+  these are symmetric about the centre ``(H-1)/2``, so a plain stride-2 convolution with an odd
+  kernel and padding ``(k-1)/2`` commutes with every symmetry of the square. On an *even* grid
+  they are not (``-15.5 ... 14.5`` for ``H = 32``). There we fold a 2x2 box filter into the
+  kernel: the ``k x k`` kernel becomes ``(k+1) x (k+1)`` and the output sample ``i`` sits at
+  input position ``2i + 0.5``, which is symmetric (``-15 ... 15``). This equals a stride-1
+  convolution followed by 2x2 average pooling, at the cost of one strided convolution with a
+  kernel one tap wider. Outputs have ``ceil(H / 2)`` rows either way.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+DIMENSION_NUMBERS = ("NHWC", "HWIO", "NHWC")
+
+
+def fold_box(kernel):
+    """``[k, k, I, O] -> [k+1, k+1, I, O]``: the kernel convolved with a 2x2 box of weight 1/4."""
+    p = jnp.pad(kernel, ((1, 1), (1, 1), (0, 0), (0, 0)))
+    return 0.25 * (p[1:, 1:] + p[:-1, 1:] + p[1:, :-1] + p[:-1, :-1])
+
+
+def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1):
+    """Grid-symmetric convolution of NHWC ``x`` with an HWIO ``kernel`` of odd size.
+
+    Args:
+      x: ``[B, H, W, I * groups]``.
+      kernel: ``[k, k, I, O]``, ``k`` odd.
+      stride: 1 (``SAME`` output ``H x W``) or 2 (output ``ceil(H/2) x ceil(W/2)``, see module doc).
+      feature_group_count: as in ``lax.conv_general_dilated``.
+    Returns:
+      ``[B, H', W', O]``.
+    """
+    k = kernel.shape[0]
+    if kernel.shape[0] != kernel.shape[1] or k % 2 != 1:
+        raise ValueError(f"kernel size {kernel.shape[:2]} is invalid: it must be square and odd")
+    if stride not in (1, 2):
+        raise ValueError(f"stride={stride} is invalid: invjax convolutions take stride 1 or 2")
+    p = (k - 1) // 2
+    h, w = x.shape[1], x.shape[2]
+    if stride == 1:
+        pads = ((p, p), (p, p))
+    else:
+        # Fold the box per axis: even axes need the half-pixel shift, odd axes do not.
+        if h % 2 == 0 or w % 2 == 0:
+            if h % 2 != w % 2:
+                raise ValueError(
+                    f"stride 2 on a {h}x{w} grid is not supported: height and width must both be "
+                    "even or both be odd"
+                )
+            kernel = fold_box(kernel)
+        pads = ((p, p), (p, p))
+    return lax.conv_general_dilated(
+        x,
+        kernel.astype(x.dtype),
+        window_strides=(stride, stride),
+        padding=pads,
+        dimension_numbers=DIMENSION_NUMBERS,
+        feature_group_count=feature_group_count,
+    )
+
+
+def output_size(size: int, stride: int) -> int:
+    """Spatial size after :func:`conv2d` with ``stride``."""
+    return size if stride == 1 else (size + 1) // 2
