@@ -1,0 +1,160 @@
+"""Flax Linen modules for E(2)-equivariant networks (thin wrappers over :mod:`invjax.ops.e2`).
+
+Shapes: trivial features ``[B, H, W, C]``; regular features of a group ``G`` with ``C`` fields
+``[B, H, W, C * |G|]`` (channel ``c * |G| + g``). Parameters are only the basis coefficients;
+the bases are float64 NumPy constants closed over at trace time.
+
+Initialisation: coefficients ~ N(0, 2 / (fan_in * B)) with ``fan_in`` the number of input
+channels and ``B`` the basis size, which gives the expanded filter He-normal variance
+(basis functions have unit norm).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from invjax.bases import e2 as e2_bases
+from invjax.groups import Group, check_chain, parse_group
+from invjax.ops import e2 as ops
+
+
+def _he(fan_in: int, nbasis: int):
+    std = (2.0 / (fan_in * nbasis)) ** 0.5
+
+    def init(key, shape, dtype=jnp.float32):
+        return std * jax.random.normal(key, shape, dtype)
+
+    return init
+
+
+def _check_features(features, name):
+    if not isinstance(features, int) or features < 1:
+        raise ValueError(f"{name}: features={features!r} is invalid: it must be an integer >= 1")
+
+
+def _check_channels(x, multiple: int, what: str):
+    if x.ndim != 4:
+        raise ValueError(f"{what}: expected NHWC input [B, H, W, C], got shape {x.shape}")
+    if x.shape[-1] % multiple:
+        raise ValueError(
+            f"{what}: {x.shape[-1]} input channels is not a multiple of the group order {multiple}"
+        )
+
+
+class E2LiftConv(nn.Module):
+    """Lifting convolution: trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', features * |G|]``.
+
+    ``psi_g = L_g psi`` with ``psi`` a learnt combination of the steerable basis (eq. 2 with the
+    input on Z^2). ``stride`` 1 or 2 (see :mod:`invjax.ops.conv` for the grid rule).
+    """
+
+    features: int
+    group: Group | str = "D4"
+    kernel_size: int = 3
+    stride: int = 1
+    dilation: int = 1
+
+    @nn.compact
+    def __call__(self, x):
+        g = parse_group(self.group)
+        _check_features(self.features, "E2LiftConv")
+        _check_channels(x, 1, "E2LiftConv")
+        phi = e2_bases.transformed_basis(g, self.kernel_size, self.dilation)
+        nb = phi.shape[1]
+        w = self.param("weight", _he(x.shape[-1], nb), (x.shape[-1], self.features, nb))
+        return ops.lift_conv(x, w, phi, self.stride)
+
+
+class E2Conv(nn.Module):
+    """Group convolution on regular fields: ``[B, H, W, Ci * |G|]`` -> ``[B, H', W', features * |G|]``.
+
+    With ``trivial_out=True`` the output fields are invariant (trivial representation):
+    ``[B, H', W', features]``; this is the paper's last E(2) layer (``n_r = 1, n_F = 1``).
+    """
+
+    features: int
+    group: Group | str = "D4"
+    kernel_size: int = 3
+    stride: int = 1
+    dilation: int = 1
+    trivial_out: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        g = parse_group(self.group)
+        _check_features(self.features, "E2Conv")
+        _check_channels(x, g.order, f"E2Conv({g.name})")
+        ci = x.shape[-1] // g.order
+        phi = e2_bases.transformed_basis(g, self.kernel_size, self.dilation)
+        nb = phi.shape[1]
+        init = _he(ci * g.order, nb)
+        if self.trivial_out:
+            w = self.param("weight", init, (ci, self.features, nb))
+            return ops.trivial_conv(x, w, phi, self.stride)
+        w = self.param("weight", init, (ci, self.features, g.order, nb))
+        return ops.group_conv(x, w, phi, g, self.stride)
+
+
+class GroupPool(nn.Module):
+    """Max (or mean) over each field's group channels: ``[..., C * |G|] -> [..., C]``."""
+
+    group: Group | str = "D4"
+    reduce: str = "max"
+
+    @nn.compact
+    def __call__(self, x):
+        g = parse_group(self.group)
+        _check_channels(x, g.order, f"GroupPool({g.name})")
+        return ops.group_pool(x, g.order, self.reduce)
+
+
+class Restrict(nn.Module):
+    """Restriction of regular fields from ``group`` to a subgroup (D8 -> D4 -> D1, C8 -> C4 ...).
+
+    ``[..., C * |G|] -> [..., C * [G:H] * |H|]``: a static channel relabelling, so the channel count
+    is unchanged and the layer is exactly equivariant to the subgroup.
+    """
+
+    group: Group | str
+    subgroup: Group | str
+
+    @nn.compact
+    def __call__(self, x):
+        g, h = check_chain((self.group, self.subgroup))
+        _check_channels(x, g.order, f"Restrict({g.name}->{h.name})")
+        return ops.restrict(x, g, h)
+
+
+class E2BatchNorm(nn.Module):
+    """Batch normalisation with statistics, scale and bias shared within each field.
+
+    Sharing over the ``|G|`` channels of a field keeps the layer equivariant (the group permutes
+    those channels). ``group=None`` or ``C1`` gives ordinary per-channel batch norm.
+    ``momentum`` follows Flax (running = momentum * running + (1 - momentum) * batch).
+    """
+
+    group: Group | str | None = "D4"
+    momentum: float = 0.9
+    epsilon: float = 1e-5
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        order = 1 if self.group is None else parse_group(self.group).order
+        _check_channels(x, order, "E2BatchNorm")
+        c = x.shape[-1] // order
+        ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))
+        ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((c,), jnp.float32))
+        scale = self.param("scale", nn.initializers.ones, (c,))
+        bias = self.param("bias", nn.initializers.zeros, (c,))
+        if train:
+            mean, var = ops.field_moments(x, order)
+            if not self.is_initializing():
+                ra_mean.value = self.momentum * ra_mean.value + (1 - self.momentum) * mean
+                ra_var.value = self.momentum * ra_var.value + (1 - self.momentum) * var
+        else:
+            mean, var = ra_mean.value, ra_var.value
+        mul = scale * jax.lax.rsqrt(var + self.epsilon)
+        add = bias - mean * mul
+        return x * jnp.repeat(mul, order) + jnp.repeat(add, order)
