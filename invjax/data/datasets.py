@@ -1,0 +1,262 @@
+"""``load(config.data) -> Dataset``: in-memory train/validation/test arrays of one dataset.
+
+Datasets (``config.data.name``):
+
+==============  ======================================================  ==================
+name            source, splits                                          default augment
+==============  ======================================================  ==================
+scaled_digits   scikit-learn digits in MNIST's format, shrunk by         scale
+                s ~ U(0.3, 1); fixed stratified 1079/359/359 (offline)
+digits          the same without the shrink (offline)                   none
+mnist_scale     Scaled-MNIST from TFDS ``mnist``: 10k/2k/50k, six        scale
+                realisations (see :mod:`invjax.data.scaled_mnist`)
+mnist           TFDS ``mnist`` train/test; 80:20 validation split        none
+cifar10         TFDS ``cifar10`` train/test; 80:20 validation split      crop_flip
+svhn_cropped    TFDS ``svhn_cropped`` core train/test (no 'extra'); 80:20 none
+stl10           TFDS ``stl10`` labelled train/test; 80:20                crop_flip_cutout
+==============  ======================================================  ==================
+
+Validation. Where the dataset defines a validation split (Scaled-MNIST, the digits) it is used;
+elsewhere a stratified ``val_fraction`` (0.2: the paper's 80:20) of the training split becomes
+the validation split, drawn with a fixed seed so it is the same for every model and subset.
+``val_fraction=0`` means no validation split (an empty ``val``): the whole labelled training
+data are available for training, e.g. the paper's full-data rows (CIFAR-10 N_t = 50k) and
+Scaled-MNIST's N_t = 12k (its train and validation splits pooled).
+
+Limited training sets. ``n_train = N_t > 0`` keeps a class-balanced subset of N_t images of
+the training pool, drawn by ``seed`` (:func:`invjax.data.subsets.balanced_subset`): identical
+for every model given ``(seed, n_train)`` (and the realisation for Scaled-MNIST / digits).
+
+Normalisation: per-channel ``mean`` and ``std`` of the (limited) training split in [0, 1]
+units; :func:`to_float` applies them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from invjax.data import augment as augment_lib
+from invjax.data import digits as digits_lib
+from invjax.data import scaled_mnist, sources, subsets
+
+# name -> (image shape, number of classes, default augmentation)
+DATASETS: dict[str, tuple[tuple[int, int, int], int, str]] = {
+    "scaled_digits": ((28, 28, 1), 10, "scale"),
+    "digits": ((28, 28, 1), 10, "none"),
+    "mnist_scale": ((28, 28, 1), 10, "scale"),
+    "mnist": ((28, 28, 1), 10, "none"),
+    "cifar10": ((32, 32, 3), 10, "crop_flip"),
+    "svhn_cropped": ((32, 32, 3), 10, "none"),
+    "stl10": ((96, 96, 3), 10, "crop_flip_cutout"),
+}
+VAL_SPLIT_SEED = 0  # the 80:20 validation split is the same for every run
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Split:
+    """``images`` uint8 (0..255) or float32 (0..1) ``[N, H, W, C]``; ``labels`` int32 ``[N]``."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def __post_init__(self):
+        if self.images.ndim != 4 or len(self.images) != len(self.labels):
+            raise ValueError(
+                f"a split needs images [N, H, W, C] and labels [N], got {self.images.shape} "
+                f"and {self.labels.shape}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self, idx) -> Split:
+        return Split(self.images[idx], self.labels[idx])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Dataset:
+    """One dataset in memory. ``mean``/``std``: float32 ``[C]`` of the train split, [0, 1] units."""
+
+    name: str
+    train: Split
+    val: Split
+    test: Split
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    mean: np.ndarray
+    std: np.ndarray
+    augment: str
+
+
+def default_config():
+    """``config.data`` with its defaults (an ``ml_collections.ConfigDict``)."""
+    import ml_collections
+
+    return ml_collections.ConfigDict(
+        {
+            "name": "scaled_digits",
+            "n_train": 0,
+            "seed": 0,
+            "realisation": 0,
+            "val_fraction": 0.2,
+            "data_dir": ml_collections.config_dict.placeholder(str),
+            "augment": "default",
+        }
+    )
+
+
+def _get(cfg, key, default):
+    if hasattr(cfg, "get"):
+        return cfg.get(key, default)
+    return getattr(cfg, key, default)
+
+
+def check_config(cfg) -> dict:
+    """Validate ``config.data`` before any loading; returns the resolved fields."""
+    name = _get(cfg, "name", None)
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r} (data.name): valid names are {list(DATASETS)}")
+    shape, num_classes, default_aug = DATASETS[name]
+    aug = _get(cfg, "augment", "default")
+    aug = default_aug if aug in (None, "default") else aug
+    if aug not in augment_lib.AUGMENTATIONS:
+        raise ValueError(
+            f"unknown augmentation {aug!r} (data.augment): valid names are "
+            f"{['default', *augment_lib.AUGMENTATIONS]}"
+        )
+    val_fraction = _get(cfg, "val_fraction", 0.2)
+    if not isinstance(val_fraction, int | float) or not 0.0 <= val_fraction < 1.0:
+        raise ValueError(
+            f"val_fraction={val_fraction!r} is invalid (data.val_fraction): it must be in [0, 1) "
+            "(0.2 = the paper's 80:20 split, 0 = no validation split)"
+        )
+    seed = _get(cfg, "seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed={seed!r} is invalid (data.seed): it must be an integer >= 0")
+    realisation = _get(cfg, "realisation", 0)
+    realisation = scaled_mnist.check_realisation(realisation)
+    n_train = subsets.check_n_train(_get(cfg, "n_train", 0), num_classes)
+    return {
+        "name": name,
+        "image_shape": shape,
+        "num_classes": num_classes,
+        "augment": aug,
+        "val_fraction": float(val_fraction),
+        "seed": int(seed),
+        "realisation": realisation,
+        "n_train": n_train,
+        "data_dir": _get(cfg, "data_dir", None),
+    }
+
+
+def _channel_stats(images: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and std in [0, 1] units, float64 accumulation in chunks (no big copy)."""
+    unit = 255.0 if images.dtype == np.uint8 else 1.0
+    c = images.shape[-1]
+    s1 = np.zeros(c)
+    s2 = np.zeros(c)
+    for start in range(0, len(images), chunk):
+        x = images[start : start + chunk].astype(np.float64).reshape(-1, c) / unit
+        s1 += x.sum(0)
+        s2 += (x * x).sum(0)
+    count = max(images.size // c, 1)
+    mean = s1 / count
+    std = np.sqrt(np.maximum(s2 / count - mean * mean, 0.0))
+    return mean.astype(np.float32), np.maximum(std, 1e-6).astype(np.float32)
+
+
+def _raw_splits(opts) -> tuple[Split, Split | None, Split]:
+    """``(train, predefined val or None, test)`` before validation split and subset."""
+    name, data_dir, r = opts["name"], opts["data_dir"], opts["realisation"]
+    if name in ("digits", "scaled_digits"):
+        if name == "digits":
+            images, labels = digits_lib.digits()
+        else:
+            images, labels, _ = digits_lib.scaled_digits(None, seed=r)
+        tr, va, te = digits_lib.splits(r)
+        full = Split(images, labels)
+        return full.take(tr), full.take(va), full.take(te)
+    if name == "mnist_scale":
+        d = scaled_mnist.load_realisation(r, data_dir)
+        return tuple(Split(d[f"{s}_images"], d[f"{s}_labels"]) for s in scaled_mnist.SPLITS)
+    train, test = (Split(*sources.read_split(name, s, data_dir)) for s in ("train", "test"))
+    return train, None, test
+
+
+def load(cfg) -> Dataset:
+    """Load ``config.data`` (fields: see :func:`default_config` and the module docstring)."""
+    opts = check_config(cfg)
+    train, val, test = _raw_splits(opts)
+    if opts["val_fraction"] == 0.0:  # no validation: pool a predefined one into training
+        if val is not None:
+            train = Split(
+                np.concatenate([train.images, val.images]),
+                np.concatenate([train.labels, val.labels]),
+            )
+        val = Split(train.images[:0], train.labels[:0])
+    elif val is None:  # the paper's 80:20 split where the dataset defines none
+        tr, va = subsets.validation_split(train.labels, opts["val_fraction"], VAL_SPLIT_SEED)
+        train, val = train.take(tr), train.take(va)
+    if opts["n_train"]:
+        pool = len(train)
+        try:
+            idx = subsets.balanced_subset(
+                train.labels, opts["n_train"], opts["num_classes"], opts["seed"]
+            )
+        except ValueError as e:
+            if opts["val_fraction"] > 0.0 and opts["n_train"] <= pool + len(val):
+                raise ValueError(
+                    f"{e}. The training pool has {pool} images after the validation split; "
+                    "set data.val_fraction=0 to train on all labelled training images"
+                ) from e
+            raise
+        train = train.take(idx)
+    for split_name, split in (("train", train), ("val", val), ("test", test)):
+        check_images(split.images, opts["image_shape"], what=f"{opts['name']} {split_name}")
+    mean, std = _channel_stats(train.images)
+    return Dataset(
+        name=opts["name"],
+        train=Split(train.images, train.labels.astype(np.int32)),
+        val=Split(val.images, val.labels.astype(np.int32)),
+        test=Split(test.images, test.labels.astype(np.int32)),
+        num_classes=opts["num_classes"],
+        image_shape=opts["image_shape"],
+        mean=mean,
+        std=std,
+        augment=opts["augment"],
+    )
+
+
+def to_float(images, mean, std):
+    """uint8 (0..255) or float (0..1) images -> ``(x - mean) / std`` float32 (jit-able)."""
+    x = jnp.asarray(images)
+    x = x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x.astype(jnp.float32)
+    return (x - jnp.asarray(mean, jnp.float32)) / jnp.asarray(std, jnp.float32)
+
+
+def check_images(images, image_shape, what: str = "images") -> None:
+    """Raise one clear ValueError unless ``images`` is ``[N, *image_shape]`` (H, W, C)."""
+    shape = tuple(np.shape(images))
+    h, w, c = (int(v) for v in image_shape)
+    if len(shape) != 4:
+        raise ValueError(
+            f"{what} have shape {shape}, expected a 4-D batch [N, H, W, C] = [N, {h}, {w}, {c}]"
+            + (f" (a single image? add a batch axis: {(1, *shape)})" if len(shape) == 3 else "")
+        )
+    if shape[3] != c:
+        hint = ""
+        if shape[1] == c and shape[3] == w:
+            hint = " (channels-first NCHW? invjax uses NHWC: transpose to [N, H, W, C])"
+        raise ValueError(
+            f"{what} have {shape[3]} channels (shape {shape}), expected {c} "
+            f"({'grey' if c == 1 else 'RGB' if c == 3 else f'{c}-channel'} images "
+            f"[N, {h}, {w}, {c}]){hint}"
+        )
+    if shape[1:3] != (h, w):
+        raise ValueError(
+            f"{what} are {shape[1]}x{shape[2]} (shape {shape}), expected {h}x{w} "
+            f"images [N, {h}, {w}, {c}]"
+        )

@@ -1,0 +1,107 @@
+"""Offline datasets from scikit-learn's handwritten digits, in MNIST's format and scaled.
+
+scikit-learn ships 1797 digits of 8x8 pixels with values 0..16 (``load_digits``). invjax brings
+them to MNIST's format: values divided by 16, the 8x8 frame upsampled bicubically
+(:func:`invjax.groups.resize`) into a 20x20 box centred in a 28x28 zero image (MNIST's digits
+fill a 20x20 box centred in 28x28), clipped to [0, 1]. This is ``digits``.
+
+``scaled_digits`` then treats them as Scaled-MNIST treats MNIST: each image shrunk about its
+centre by ``s ~ U(0.3, 1)`` with bicubic interpolation and zeros outside, clipped to [0, 1].
+
+Splits (fixed, chosen here): stratified 60/20/20, i.e. 1079 train / 359 validation / 359 test
+images with the class proportions of the whole set, drawn by the realisation seed (0..5, as
+Scaled-MNIST's six realisations); the scales are drawn by the same seed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from invjax import groups
+from invjax.data.augment import scale_images
+from invjax.data.subsets import _rng, stratified_split
+
+IMAGE_SIZE = 28
+DIGIT_BOX = 20  # MNIST's digits are normalised into a 20x20 box centred in 28x28
+SHRINK_RANGE = (0.3, 1.0)  # Scaled-MNIST's scale factors (SESN)
+SPLIT_SIZES = (1079, 359, 359)  # stratified 60/20/20 of the 1797 digits
+
+
+@functools.lru_cache(maxsize=1)
+def _digits_28() -> tuple[np.ndarray, np.ndarray]:
+    """All 1797 digits in MNIST's format: ``(float32 [1797, 28, 28, 1] in [0, 1], int32 [1797])``."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.images.astype(np.float32) / 16.0)[..., None]
+    box = groups.resize(jnp.asarray(x), (DIGIT_BOX, DIGIT_BOX), order="bicubic")
+    margin = (IMAGE_SIZE - DIGIT_BOX) // 2
+    out = jnp.pad(jnp.clip(box, 0.0, 1.0), ((0, 0), (margin, margin), (margin, margin), (0, 0)))
+    images = np.asarray(out, np.float32)
+    images.setflags(write=False)
+    labels = d.target.astype(np.int32)
+    labels.setflags(write=False)
+    return images, labels
+
+
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    """The 1797 digits in MNIST's 28x28 format (copies): ``(images, labels)``."""
+    images, labels = _digits_28()
+    return images.copy(), labels.copy()
+
+
+def shrink(images: np.ndarray, scales: np.ndarray, chunk: int = 2048) -> np.ndarray:
+    """``L_s x`` per image (bicubic, zeros outside), clipped to [0, 1]; float32 ``[N, H, W, C]``.
+
+    Processed in fixed-size chunks so that one compiled function serves any ``N``.
+    """
+    images = np.asarray(images, np.float32)
+    scales = np.asarray(scales, np.float32)
+    n = len(images)
+    out = np.empty_like(images)
+    step = min(chunk, max(n, 1))
+    for start in range(0, n, step):
+        x = images[start : start + step]
+        s = scales[start : start + step]
+        k = len(x)
+        if k < step:  # pad the last chunk to the compiled shape
+            x = np.concatenate([x, np.zeros((step - k, *x.shape[1:]), x.dtype)])
+            s = np.concatenate([s, np.ones(step - k, s.dtype)])
+        y = jnp.clip(scale_images(x, s, fill="zero"), 0.0, 1.0)
+        out[start : start + k] = np.asarray(jax.device_get(y))[:k]
+    return out
+
+
+def draw_scales(n: int, seed: int, scale_range=SHRINK_RANGE) -> np.ndarray:
+    """``n`` scale factors ``s ~ U(scale_range)`` from ``seed`` (float32)."""
+    lo, hi = scale_range
+    return _rng(seed).uniform(lo, hi, size=n).astype(np.float32)
+
+
+def scaled_digits(
+    n: int | None = None, seed: int = 0, scale_range=SHRINK_RANGE
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scaled digits: ``(images float32 [N, 28, 28, 1] in [0, 1], labels int32 [N], scales [N])``.
+
+    Every one of the 1797 digits gets a scale ``s ~ U(scale_range)`` drawn by ``seed`` (in
+    scikit-learn's order) and is shrunk by it. ``n=None`` returns all of them in that order;
+    otherwise ``n`` of them chosen at random by ``seed``. Deterministic given the arguments.
+    """
+    images, labels = _digits_28()
+    total = len(labels)
+    if n is not None and not 1 <= int(n) <= total:
+        raise ValueError(f"n={n} is invalid: choose 1..{total} (or None for all digits)")
+    scales = draw_scales(total, seed, scale_range)
+    idx = np.arange(total) if n is None else np.sort(_rng(seed, 1).permutation(total)[: int(n)])
+    return shrink(images[idx], scales[idx]), labels[idx].copy(), scales[idx]
+
+
+def splits(realisation: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fixed stratified 60/20/20 ``(train, val, test)`` indices into the 1797 digits."""
+    _, labels = _digits_28()
+    train, val, test = stratified_split(labels, SPLIT_SIZES, (realisation, 2))
+    return train, val, test
