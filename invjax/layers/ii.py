@@ -1,0 +1,450 @@
+"""Invariant Integration layers (paper Sections 3.4, 4.1-4.3): thin Linen modules over :mod:`invjax.ops.ii`.
+
+Every layer maps a feature map ``[B, H, W, C]`` (after group pooling or scale max projection) to
+invariant features ``[B, C_out]`` and sows that output as
+``intermediates/<layer path>/invariant_features`` (collected only when a caller makes
+``'intermediates'`` mutable; :mod:`invjax.invariance` uses it to measure a model's invariant
+features, the monomial pruning uses it to rank pairs).
+
+==================================  ==========================================  =================
+module                              paper                                       parameters
+==================================  ==========================================  =================
+``RotationInvariantIntegration``    eq. (4), rotation-II WS over ``C_N``          ``psi`` [k,k,C,O]
+``E2InvariantIntegration``          eq. (5), E(2)-II WS over ``C_N``/``D_N``      ``psi`` [k,k,C,O]
+``TranslationInvariantIntegration`` translation-II WS (conv + average pooling)  ``psi`` [k,k,C,O]
+``ScaleInvariantIntegration``       eq. (7), Scale-II WS                        ``psi`` [k,k,C,O]
+``ScaleMonomialInvariantIntegration`` eq. (6), Scale-II monomial ratios          none (mask)
+``MixedPooling``                    DISCO's pooling baseline                    BN
+``AveragePooling``                  global average pooling                      none
+==================================  ==========================================  =================
+
+``method`` selects ``"fast"`` (the closed forms, default) or ``"reference"`` (convolve with every
+transformed kernel, then average); the WS layers also take ``"weight_map"``. All give the same
+numbers up to float32 rounding (tests/test_ii_layers.py).
+
+Monomial pruning (Section 5, "n_m = {25, 12, 5} monomial pairs after 0, 5 and 10 epochs")
+  The active pairs are a ``{0, 1}`` mask ``ii_mask/<layer path>/mask`` of shape ``[P]`` in its own
+  variable collection (never in ``params``, so optimisers and weight decay do not see it); pruned
+  pairs output 0. The relevance of pair ``j`` is ``std_batch(a_j) * ||W_j||_2``: how much feature
+  ``j`` varies over a batch times the norm of its row in the next dense layer's kernel
+  ``W [P, D]`` (without ``W``, the std alone). A feature that does not vary carries no
+  information, and one the classifier ignores has a small row. :func:`prune_monomials` keeps the
+  ``keep`` most relevant active pairs (ties go to the lower index: deterministic);
+  :data:`MONOMIAL_PRUNING_SCHEDULE` and :func:`apply_pruning_schedule` drive it from a trainer's
+  epoch-end hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+from flax.core import freeze, unfreeze
+
+from invjax import groups as G
+from invjax.ops import ii as ops
+
+MASK_COLLECTION = "ii_mask"
+FEATURES_NAME = "invariant_features"
+
+MONOMIAL_PRUNING_SCHEDULE: dict[int, int] = {5: 12, 10: 5}
+"""``{epochs completed: pairs kept}``: 25 pairs at the start (``n_pairs``), 12 once 5 epochs are
+done, 5 once 10 are done (the paper's ``n_m = {25, 12, 5}`` after 0, 5 and 10 epochs)."""
+
+_METHODS = ("fast", "reference", "weight_map")
+
+
+def _check_positive_int(value, name: str, owner: str):
+    if not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{owner}: {name}={value!r} is invalid: it must be an integer >= 1")
+
+
+def _check_kernel_size(k, owner: str):
+    if not isinstance(k, int | np.integer) or k < 1 or k % 2 != 1:
+        raise ValueError(f"{owner}: kernel_size={k!r} is invalid: it must be an odd integer >= 1")
+
+
+def _check_method(method: str, owner: str, allowed=_METHODS):
+    if method not in allowed:
+        raise ValueError(f"{owner}: method={method!r} is unknown: choose one of {allowed}")
+
+
+def _check_input(x, owner: str):
+    if getattr(x, "ndim", None) != 4:
+        raise ValueError(
+            f"{owner}: input shape {getattr(x, 'shape', None)} is invalid: expected [B, H, W, C] "
+            "(group-pooled / scale-max-projected features)"
+        )
+
+
+def _ws_kernel(module: nn.Module, x, features: int, kernel_size: int, kernel_init):
+    return module.param("kernel", kernel_init, (kernel_size, kernel_size, x.shape[-1], features))
+
+
+def _ws_ii(module: nn.Module, x, group: G.Group, interpolation: str):
+    """Shared body of the group / translation WS layers (flat ``params/kernel``)."""
+    owner = type(module).__name__
+    _check_positive_int(module.features, "features", owner)
+    _check_kernel_size(module.kernel_size, owner)
+    _check_method(module.method, owner)
+    if interpolation not in G.INTERPOLATIONS:
+        raise ValueError(
+            f"{owner}: interpolation={interpolation!r} is unknown: choose one of {G.INTERPOLATIONS}"
+        )
+    _check_input(x, owner)
+    kernel = _ws_kernel(module, x, module.features, module.kernel_size, module.kernel_init)
+    fn = {
+        "fast": ops.ws_integrate,
+        "reference": ops.ws_integrate_reference,
+        "weight_map": ops.ws_integrate_weight_map,
+    }[module.method]
+    y = fn(x, kernel.astype(x.dtype), group, interpolation)
+    module.sow("intermediates", FEATURES_NAME, y)
+    return y
+
+
+class E2InvariantIntegration(nn.Module):
+    """E(2)-II with a weighted sum, equation (5) (equation (4) when ``group`` has no flips).
+
+    ``A_o = 1/(|G| U V) sum_{g, t} sum_{y, i} x_i(y) (L_g psi_{i,o})(y - t)`` with a learnable
+    ``psi`` of shape ``[k, k, C_in, features]`` over all input channels, transformed by every
+    element of ``group`` (multiples of 90 degrees exactly, other angles by bilinear interpolation
+    on the ``k x k`` grid). Invariant to the group's 90-degree rotations and flips to float32
+    rounding for square inputs, and to translations that keep the content inside the image.
+
+    Shapes: ``[B, H, W, C_in] -> [B, features]``.
+    """
+
+    features: int
+    group: G.Group | str = "D4"
+    kernel_size: int = 3
+    interpolation: str = "bilinear"
+    method: str = "fast"
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        return _ws_ii(self, x, G.parse_group(self.group), self.interpolation)
+
+
+class RotationInvariantIntegration(nn.Module):
+    """Rotation-II with a weighted sum, equation (4): E(2)-II over ``C_N`` (``n_rotations``).
+
+    Shapes: ``[B, H, W, C_in] -> [B, features]``.
+    """
+
+    features: int
+    n_rotations: int = 4
+    kernel_size: int = 3
+    interpolation: str = "bilinear"
+    method: str = "fast"
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        _check_positive_int(self.n_rotations, "n_rotations", type(self).__name__)
+        return _ws_ii(self, x, G.cyclic(self.n_rotations), self.interpolation)
+
+
+class TranslationInvariantIntegration(nn.Module):
+    """Translation-II with a weighted sum: a bias-free ``k x k`` convolution, then average pooling.
+
+    The standard stream's II (Section 4.4); E(2)-II over the trivial group.
+    Shapes: ``[B, H, W, C_in] -> [B, features]``.
+    """
+
+    features: int
+    kernel_size: int = 3
+    method: str = "fast"
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        return _ws_ii(self, x, G.cyclic(1), "bilinear")
+
+
+class ScaleInvariantIntegration(nn.Module):
+    """Scale-II with a weighted sum, equation (7).
+
+    ``A_o = mean_t (x' * psi_o)(t) / mean_{y, i} x'_i(y)`` with ``x' = max(x, epsilon)`` (ReLU
+    clamped to ``epsilon > 0``, :data:`invjax.ops.ii.DEFAULT_EPSILON`). Numerator and divisor are
+    both homogeneous of degree 2 in a scaling of the image plane, so the ratio is scale-invariant
+    (up to interpolation and the image border).
+
+    Shapes: ``[B, H, W, C_in] -> [B, features]``.
+    """
+
+    features: int
+    kernel_size: int = 3
+    epsilon: float = ops.DEFAULT_EPSILON
+    method: str = "fast"
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        owner = type(self).__name__
+        _check_positive_int(self.features, "features", owner)
+        _check_kernel_size(self.kernel_size, owner)
+        _check_method(self.method, owner, ("fast", "reference"))
+        ops.check_epsilon(self.epsilon)
+        _check_input(x, owner)
+        kernel = _ws_kernel(self, x, self.features, self.kernel_size, self.kernel_init)
+        fn = ops.scale_ws_integrate if self.method == "fast" else ops.scale_ws_reference
+        y = fn(x, kernel.astype(x.dtype), self.epsilon)
+        self.sow("intermediates", FEATURES_NAME, y)
+        return y
+
+
+class ScaleMonomialInvariantIntegration(nn.Module):
+    """Scale-II with monomials, equation (6): ``n_pairs`` ratios of translation-averaged monomials.
+
+    Each monomial has ``n_factors`` factors ``x_c(t + o)^b`` with channel ``c``, offset ``o`` in the
+    ``k x k`` neighbourhood and exponent ``b in [1, max_exponent]`` drawn from ``seed`` at trace
+    time (static, not parameters, see :func:`invjax.ops.ii.draw_monomial_pairs`); the divisor's
+    exponents are normalised to the dividend's order. The input passes ``max(x, epsilon)``. The
+    fast path is computed in log space. Pruned pairs (mask 0, collection ``ii_mask``) output 0.
+
+    Shapes: ``[B, H, W, C_in] -> [B, n_pairs]``.
+    """
+
+    n_pairs: int = 25
+    n_factors: int = 3
+    kernel_size: int = 3
+    max_exponent: int = 3
+    epsilon: float = ops.DEFAULT_EPSILON
+    seed: int = 0
+    method: str = "fast"
+
+    def pairs(self, n_channels: int) -> ops.MonomialPairs:
+        return ops.draw_monomial_pairs(
+            self.n_pairs,
+            n_channels,
+            self.n_factors,
+            self.kernel_size,
+            self.max_exponent,
+            self.seed,
+        )
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        owner = type(self).__name__
+        _check_positive_int(self.n_pairs, "n_pairs", owner)
+        _check_kernel_size(self.kernel_size, owner)
+        _check_method(self.method, owner, ("fast", "reference"))
+        ops.check_epsilon(self.epsilon)
+        _check_input(x, owner)
+        pairs = self.pairs(int(x.shape[-1]))
+        mask = self.variable(
+            MASK_COLLECTION, "mask", lambda: jnp.ones((self.n_pairs,), jnp.float32)
+        )
+        if self.method == "fast":
+            y = ops.scale_monomial_integrate(x, pairs, self.epsilon)
+        else:
+            y = ops.scale_monomial_reference(x, pairs, self.epsilon)
+        y = y * mask.value.astype(y.dtype)
+        self.sow("intermediates", FEATURES_NAME, y)
+        return y
+
+
+class MixedPooling(nn.Module):
+    """DISCO's pooling baseline on a max-projected map (REFERENCES.md): ReLU, MaxPool ``max_window``
+    stride 1, AvgPool ``avg_window`` stride ``avg_stride``, BatchNorm per channel, flattened
+    channel-major (feature ``c * H'W' + position``, as PyTorch's ``view`` of ``[B, C, H', W']``).
+
+    Shapes: ``[B, H, W, C] -> [B, C * H' * W']`` (``C * 4`` for the 14 x 14 Scaled-MNIST maps).
+    ``momentum=0.9`` and ``epsilon=1e-5`` are PyTorch's BatchNorm defaults.
+    """
+
+    max_window: int = 7
+    avg_window: int = 2
+    avg_stride: int = 4
+    momentum: float = 0.9
+    epsilon: float = 1e-5
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        owner = type(self).__name__
+        for name in ("max_window", "avg_window", "avg_stride"):
+            _check_positive_int(getattr(self, name), name, owner)
+        _check_input(x, owner)
+        y = ops.mixed_pool(x, self.max_window, self.avg_window, self.avg_stride)
+        y = nn.BatchNorm(
+            use_running_average=not train, momentum=self.momentum, epsilon=self.epsilon
+        )(y)
+        y = jnp.moveaxis(y, -1, 1).reshape(y.shape[0], -1)
+        self.sow("intermediates", FEATURES_NAME, y)
+        return y
+
+
+class AveragePooling(nn.Module):
+    """Global average pooling over the spatial axes. Shapes: ``[B, H, W, C] -> [B, C]``."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        _check_input(x, type(self).__name__)
+        y = ops.average_pool(x)
+        self.sow("intermediates", FEATURES_NAME, y)
+        return y
+
+
+# --------------------------------------------------------------------------- monomial pruning
+
+
+def monomial_relevance(features, next_kernel=None):
+    """Relevance ``[P]`` of monomial pairs: ``std_batch(features) * ||next_kernel rows||_2``.
+
+    Args:
+      features: ``[B, P]`` outputs of a :class:`ScaleMonomialInvariantIntegration` on a batch.
+      next_kernel: ``[P, D]`` kernel of the dense layer reading them, or ``None`` (std only).
+    """
+    features = jnp.asarray(features)
+    if features.ndim != 2:
+        raise ValueError(f"monomial features have shape {features.shape}: expected [B, P]")
+    rel = jnp.std(features, axis=0)
+    if next_kernel is not None:
+        next_kernel = jnp.asarray(next_kernel)
+        if next_kernel.ndim != 2 or next_kernel.shape[0] != features.shape[1]:
+            raise ValueError(
+                f"next_kernel has shape {next_kernel.shape}: expected [P={features.shape[1]}, D]"
+            )
+        rel = rel * jnp.linalg.norm(next_kernel, axis=1)
+    return rel
+
+
+def prune_mask(mask, relevance, keep: int) -> np.ndarray:
+    """New ``{0, 1}`` mask keeping the ``keep`` most relevant *active* pairs of ``mask``.
+
+    Deterministic: ranks by relevance (NaN counts as least relevant), ties to the lower index.
+    ``keep`` must not exceed the number of active pairs (pruning never revives a pair).
+    """
+    mask = np.asarray(mask)
+    rel = np.nan_to_num(np.asarray(relevance, np.float64), nan=-np.inf)
+    if mask.shape != rel.shape or mask.ndim != 1:
+        raise ValueError(f"mask shape {mask.shape} and relevance shape {rel.shape} must be [P]")
+    active = np.flatnonzero(mask > 0)
+    if not isinstance(keep, int | np.integer) or keep < 1 or keep > active.size:
+        raise ValueError(
+            f"keep={keep!r} is invalid: it must be an integer in [1, {active.size}] "
+            "(the number of active monomial pairs)"
+        )
+    order = sorted(active.tolist(), key=lambda j: (-rel[j], j))
+    new = np.zeros_like(mask, dtype=np.float32)
+    new[np.asarray(order[:keep], np.int64)] = 1.0
+    return new
+
+
+def _mask_paths(variables) -> list[tuple[str, ...]]:
+    masks = variables.get(MASK_COLLECTION, {}) if hasattr(variables, "get") else {}
+    paths = []
+
+    def walk(tree, path):
+        for key, val in tree.items():
+            if key == "mask" and not hasattr(val, "items"):
+                paths.append(path)
+            elif hasattr(val, "items"):
+                walk(val, path + (key,))
+
+    walk(masks, ())
+    return paths
+
+
+def _get(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def prune_monomials(variables, relevance, keep: int):
+    """Return ``variables`` with each monomial layer's mask pruned to ``keep`` pairs.
+
+    Args:
+      variables: a Linen variable dict holding ``ii_mask/.../mask`` (one or more layers).
+      relevance: ``[P]`` array if there is exactly one monomial layer, else a mapping
+        ``{layer path tuple: [P]}`` (paths as in ``variables['ii_mask']``, e.g. ``('head', 'ii')``).
+      keep: pairs to keep per layer.
+    Returns:
+      A new variable dict (same container type); only ``ii_mask`` changes.
+    """
+    paths = _mask_paths(variables)
+    if not paths:
+        raise ValueError(f"variables hold no '{MASK_COLLECTION}' masks: nothing to prune")
+    if not isinstance(relevance, Mapping):
+        if len(paths) != 1:
+            raise ValueError(
+                f"{len(paths)} monomial layers found ({paths}): pass relevance as "
+                "{layer path: [P]}"
+            )
+        relevance = {paths[0]: relevance}
+    frozen = not isinstance(variables, dict)
+    out = unfreeze(variables) if frozen else dict(variables)
+    out[MASK_COLLECTION] = unfreeze(out[MASK_COLLECTION])
+    for path, rel in relevance.items():
+        path = tuple(path)
+        if path not in paths:
+            raise ValueError(f"no monomial mask at {path}: masks are at {paths}")
+        holder = _get(out[MASK_COLLECTION], path)
+        holder["mask"] = jnp.asarray(prune_mask(holder["mask"], rel, keep))
+    return freeze(out) if frozen else out
+
+
+def collect_invariant_features(apply_fn, variables, images, **kwargs) -> dict:
+    """Run ``apply_fn(variables, images, mutable=['intermediates'], **kwargs)`` and return
+    ``{layer path tuple: [B, F] features}`` of every II / pooling layer (their sown outputs)."""
+    _, state = apply_fn(variables, images, mutable=["intermediates"], **kwargs)
+    found = {}
+
+    def walk(tree, path):
+        for key, val in tree.items():
+            if key == FEATURES_NAME:
+                found[path] = val[-1] if isinstance(val, tuple | list) else val
+            elif hasattr(val, "items"):
+                walk(val, path + (key,))
+
+    walk(state.get("intermediates", {}), ())
+    return found
+
+
+def apply_pruning_schedule(
+    variables,
+    epochs_done: int,
+    apply_fn,
+    images,
+    next_kernels: Mapping | Callable | None = None,
+    schedule: Mapping[int, int] = MONOMIAL_PRUNING_SCHEDULE,
+    **apply_kwargs,
+):
+    """Epoch-end hook body: prune every monomial layer if ``epochs_done`` is in ``schedule``.
+
+    Args:
+      variables: the model's variables (``params``, ``batch_stats``, ``ii_mask``, ...).
+      epochs_done: number of completed epochs (a trainer whose hook gets the 0-based index of the
+        epoch that just ended passes ``epoch + 1``).
+      apply_fn: ``model.apply``; called once on ``images`` with ``train=False`` unless
+        ``apply_kwargs`` says otherwise, to measure each pair's spread.
+      images: a batch ``[B, H, W, C]`` (a training batch is fine; B >= 2).
+      next_kernels: ``{layer path: [P, D] kernel}`` of the dense layer after each monomial
+        layer, or a callable ``variables -> that mapping``; ``None`` ranks by the std alone.
+      schedule: ``{epochs completed: pairs kept}``.
+    Returns:
+      ``variables`` unchanged, or with pruned ``ii_mask``.
+    """
+    if epochs_done not in schedule:
+        return variables
+    apply_kwargs.setdefault("train", False)
+    feats = collect_invariant_features(apply_fn, variables, images, **apply_kwargs)
+    paths = _mask_paths(variables)
+    kernels = next_kernels(variables) if callable(next_kernels) else (next_kernels or {})
+    relevance = {}
+    for path in paths:
+        if path not in feats:
+            raise ValueError(f"monomial layer {path} sowed no features: was it called?")
+        relevance[path] = monomial_relevance(feats[path], kernels.get(path))
+    return prune_monomials(variables, relevance, schedule[epochs_done])
