@@ -38,7 +38,8 @@ def _digits_28() -> tuple[np.ndarray, np.ndarray]:
 
     d = load_digits()
     x = (d.images.astype(np.float32) / 16.0)[..., None]
-    box = groups.resize(jnp.asarray(x), (DIGIT_BOX, DIGIT_BOX), order="bicubic")
+    resize = jax.jit(groups.resize, static_argnames=("size", "order", "axes"))
+    box = resize(jnp.asarray(x), (DIGIT_BOX, DIGIT_BOX), order="bicubic")
     margin = (IMAGE_SIZE - DIGIT_BOX) // 2
     out = jnp.pad(jnp.clip(box, 0.0, 1.0), ((0, 0), (margin, margin), (margin, margin), (0, 0)))
     images = np.asarray(out, np.float32)
