@@ -216,7 +216,7 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     n_pairs: int = 25
     n_factors: int = 3
     kernel_size: int = 3
-    max_exponent: int = 3
+    max_exponent: int = 2
     epsilon: float = ops.DEFAULT_EPSILON
     seed: int = 0
     method: str = "fast"
