@@ -119,8 +119,9 @@ def test_scale_unit_is_identity_and_shrink_scales_ink(digit_batch):
         # the uncovered area is filled with the background, so the border stays background
         np.testing.assert_allclose(y[:, :3], bg, atol=1e-5)
         ink = lambda im: (im - bg).sum((1, 2, 3))
-        # shrinking by s scales the ink by s^2; measured ratio/s^2 = 0.99..1.01
-        np.testing.assert_allclose(ink(y) / ink(np.asarray(x)) / s**2, 1.0, atol=0.03)
+        # shrinking by s scales the ink by s^2; measured ratio/s^2: 1.0000 (s=0.5),
+        # 0.9977..0.9994 (s=0.8)
+        np.testing.assert_allclose(ink(y) / ink(np.asarray(x)) / s**2, 1.0, atol=0.01)
 
 
 def test_scale_augmentation_range(digit_batch):

@@ -28,7 +28,7 @@ from invjax.data.subsets import stratified_split
 SIZES = (10_000, 2_000, 50_000)  # train, validation, test
 SCALE_RANGE = (0.3, 1.0)
 REALISATIONS = tuple(range(6))
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SPLITS = ("train", "val", "test")
 
 
@@ -44,8 +44,9 @@ def check_realisation(realisation) -> int:
 def generate(images, labels, seed: int, sizes=SIZES, scale_range=SCALE_RANGE) -> dict:
     """One realisation from MNIST's pooled ``images [N, 28, 28, 1] uint8`` and ``labels``.
 
-    Returns ``{split}_images`` (uint8), ``{split}_labels`` (int32) and ``{split}_scales``
-    (float32) for ``split`` in train/val/test.
+    Returns ``{split}_images`` (uint8), ``{split}_labels`` (int32), ``{split}_scales``
+    (float32) and ``{split}_source`` (int64 index into the pooled input: MNIST train, then test)
+    for ``split`` in train/val/test.
     """
     labels = np.asarray(labels, np.int32)
     n_train, n_val, n_test = (int(s) for s in sizes)
@@ -62,6 +63,7 @@ def generate(images, labels, seed: int, sizes=SIZES, scale_range=SCALE_RANGE) ->
         out[f"{split}_images"] = x[start : start + k]
         out[f"{split}_labels"] = labels[order[start : start + k]]
         out[f"{split}_scales"] = scales[start : start + k]
+        out[f"{split}_source"] = order[start : start + k].astype(np.int64)
         start += k
     return out
 
