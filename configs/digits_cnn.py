@@ -1,0 +1,32 @@
+"""Offline smoke run: the tiny plain CNN on scaled digits (scikit-learn's digits, scaled).
+
+python -m invjax.main --config=configs/digits_cnn.py --workdir=runs/digits_cnn
+
+Needs no download. Adam with L2 as the paper's Scaled-MNIST recipe (step decay x0.1), scale
+augmentation s in [0.5, 2]. A few minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the base next to this file wherever it is run from.
+base = runpy.run_path(str(pathlib.Path(__file__).with_name("base.py")))
+
+
+def get_config():
+    config = base["get_config"]()
+    config.data.name = "scaled_digits"
+    config.model.name = "cnn"
+    config.model.width = 16
+    config.model.dropout = 0.0
+    config.train.optimizer = "adam"
+    config.train.learning_rate = 5e-3
+    config.train.weight_decay = 1e-5
+    config.train.batch_size = 64
+    config.train.num_epochs = 30
+    config.train.lr_boundaries = (20, 25)
+    config.train.lr_decay_factor = 0.1
+    config.train.select_best = True
+    return config

@@ -1,0 +1,211 @@
+"""Orbax checkpoints of a run: train state, position, RNG and config; resume; integrity.
+
+Layout: ``WORKDIR/checkpoints/<step>/{state,meta}``. ``state`` is the whole
+:class:`invjax.train.TrainState` pytree (params, batch_stats, optimiser state, step, RNG key,
+other variable collections and the best-validation copy); ``meta`` is JSON (epoch position,
+running epoch sums, best validation error, elapsed time and the config). Orbax writes each step
+to a temporary directory and renames it when complete, so a process killed while saving leaves
+no half checkpoint under a step name (only a temporary directory that the next writer removes).
+
+Reading never modifies anything: :func:`restore_latest` tries the newest step first and, when a
+step cannot be read, warns and falls back to the previous one; if checkpoints exist and none can
+be read it raises :class:`CheckpointError` naming each step and why. Only :class:`Writer`, which
+is opened after every check has passed, moves an unreadable step out of the way (into
+``WORKDIR/corrupt_checkpoints/``, never deleting it) so that training can save that step again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging as std_logging
+import os
+import shutil
+import time
+from typing import Any
+
+import orbax.checkpoint as ocp
+from absl import logging
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+class _QuietReadOnly(std_logging.Filter):
+    """Drop orbax's warning that a read-only manager (our probe) is read only."""
+
+    def filter(self, record):
+        return "is read only" not in record.getMessage()
+
+
+logging.get_absl_logger().addFilter(_QuietReadOnly())
+
+CORRUPT_SUBDIR = "corrupt_checkpoints"
+
+
+class CheckpointError(ValueError):
+    """No usable checkpoint where one is needed; the message names each step and the reason."""
+
+
+def checkpoint_dir(workdir: str) -> str:
+    return os.path.join(os.path.abspath(workdir), CHECKPOINT_SUBDIR)
+
+
+def _manager(directory: str, *, read_only: bool, keep: int | None = None):
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep,
+        read_only=read_only,
+        create=not read_only,
+        # Synchronous: a saved step is complete when save() returns, before the next step
+        # could change (or a kill could interrupt) anything.
+        enable_async_checkpointing=False,
+        cleanup_tmp_directories=not read_only,
+        save_interval_steps=1,
+    )
+    return ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
+
+
+def list_steps(workdir: str) -> list[int]:
+    """Step numbers with a complete (committed) checkpoint directory, ascending."""
+    directory = checkpoint_dir(workdir)
+    if not os.path.isdir(directory):
+        return []
+    mngr = _manager(directory, read_only=True)
+    try:
+        return sorted(mngr.all_steps(read=True))
+    finally:
+        mngr.close()
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+
+
+@dataclasses.dataclass
+class Restored:
+    """A readable checkpoint: its step, state pytree, meta dict, and the newer unreadable steps."""
+
+    step: int
+    state: Any
+    meta: dict
+    skipped: list[tuple[int, str]]
+
+
+def restore_latest(workdir: str, target: Any = None) -> Restored | None:
+    """Restore the newest readable checkpoint of ``workdir``; None if there is none at all.
+
+    ``target``: an abstract pytree (``jax.ShapeDtypeStruct`` leaves, with shardings) that the
+    state must match; None restores the stored tree as it is. A step that fails (missing or
+    damaged files, a tree or shape that differs from ``target``) is skipped with a warning.
+    Raises :class:`CheckpointError` if steps exist but none is readable. Modifies nothing.
+    """
+    directory = checkpoint_dir(workdir)
+    steps = list_steps(workdir)
+    if not steps:
+        return None
+    mngr = _manager(directory, read_only=True)
+    skipped: list[tuple[int, str]] = []
+    try:
+        for step in reversed(steps):
+            state_args = ocp.args.StandardRestore(target) if target is not None else None
+            args = ocp.args.Composite(
+                state=state_args or ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
+            )
+            try:
+                out = mngr.restore(step, args=args)
+                meta = dict(out.meta)
+                if int(meta.get("step", -1)) != step:
+                    raise ValueError(f"meta step {meta.get('step')!r} != directory step {step}")
+                restored = Restored(step, out.state, meta, skipped)
+            except Exception as e:  # noqa: BLE001 (any failure makes the step unusable)
+                reason = _short(e)
+                skipped.append((step, reason))
+                logging.warning(
+                    "checkpoint step %d in %s is unreadable (%s); trying the previous one",
+                    step,
+                    directory,
+                    reason,
+                )
+                continue
+            return restored
+    finally:
+        mngr.close()
+    lines = "; ".join(f"step {s}: {r}" for s, r in skipped)
+    raise CheckpointError(
+        f"no readable checkpoint in {directory} (steps {steps} all failed: {lines}). Nothing was "
+        f"changed. Use a new --workdir to start afresh, or move the damaged steps away."
+    )
+
+
+def read_config(workdir: str) -> dict | None:
+    """The config stored with the newest checkpoint whose meta can be read (None if none)."""
+    steps = list_steps(workdir)
+    if not steps:
+        return None
+    mngr = _manager(checkpoint_dir(workdir), read_only=True)
+    try:
+        for step in reversed(steps):
+            try:
+                out = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+                return dict(out.meta).get("config")
+            except Exception:  # noqa: BLE001 (an unreadable meta: try the previous step)
+                continue
+    finally:
+        mngr.close()
+    return None
+
+
+def load_params(workdir: str) -> dict:
+    """The model variables a finished (or running) run stands for, for use in another model.
+
+    Returns ``{'params': ..., 'batch_stats': ..., <other collections>}`` of the newest readable
+    checkpoint: the best-validation copy where the run selected one, else the current variables.
+    Raises :class:`CheckpointError` if ``workdir`` holds no readable checkpoint.
+    """
+    restored = restore_latest(workdir)
+    if restored is None:
+        raise CheckpointError(
+            f"no checkpoint in {checkpoint_dir(workdir)} to load variables from: train that run "
+            f"first (python -m invjax.main --config=... --workdir={workdir})"
+        )
+    state = restored.state
+    source = state.get("best") or state
+    variables = {"params": source["params"], "batch_stats": source.get("batch_stats") or {}}
+    variables.update(source.get("extra") or {})
+    return variables
+
+
+class Writer:
+    """Saves checkpoints of one run; opened only after the run passed every check.
+
+    ``set_aside``: unreadable steps found by :func:`restore_latest`; they are moved (not deleted)
+    to ``WORKDIR/corrupt_checkpoints/<step>-<time>`` with a warning, so the run can save those
+    step numbers again.
+    """
+
+    def __init__(self, workdir: str, keep: int, set_aside=(), primary: bool = True):
+        self.directory = checkpoint_dir(workdir)
+        if primary:
+            for step, reason in set_aside:
+                src = os.path.join(self.directory, str(step))
+                if not os.path.exists(src):
+                    continue
+                dst_dir = os.path.join(os.path.abspath(workdir), CORRUPT_SUBDIR)
+                os.makedirs(dst_dir, exist_ok=True)
+                dst = os.path.join(dst_dir, f"{step}-{int(time.time())}")
+                shutil.move(src, dst)
+                logging.warning("moved unreadable checkpoint step %d (%s) to %s", step, reason, dst)
+        self._mngr = _manager(self.directory, read_only=False, keep=keep)
+        self.last_saved: int | None = self._mngr.latest_step()
+
+    def save(self, step: int, state: Any, meta: dict) -> None:
+        if step == self.last_saved:
+            return
+        meta = dict(meta, step=int(step))
+        args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        self._mngr.save(step, args=args, force=True)
+        self._mngr.wait_until_finished()
+        self.last_saved = step
+
+    def close(self) -> None:
+        self._mngr.wait_until_finished()
+        self._mngr.close()

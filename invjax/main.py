@@ -1,0 +1,102 @@
+"""Train and evaluate one experiment (DESIGN.md, contract 1).
+
+    python -m invjax.main --config=configs/NAME.py --workdir=DIR [--config.KEY=VALUE ...]
+
+Writes ``DIR/metrics.jsonl``, ``DIR/results.json``, ``DIR/tensorboard/`` and orbax checkpoints
+under ``DIR/checkpoints``; the last line of output is ``test_error=X.XX%``. Started again with
+the same ``DIR`` it resumes. Bad input (an unknown config key, an invalid value, a training size
+the classes cannot split, a wrong image shape, an unreadable checkpoint) stops with one message
+before any compute (exit status 2); a NaN/Inf loss stops with the step named (exit status 1).
+The work itself is in :mod:`invjax.train`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file.", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+
+
+def _fail(message: str, status: int = 2):
+    print(f"invjax: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+def _check_config_args(argv) -> None:
+    """Give one clear message for a missing config file or an unknown ``--config.KEY``.
+
+    (ml_collections reports those as a KeyError traceback or not at all.)
+    """
+    path, overrides = None, []
+    for i, arg in enumerate(argv[1:], 1):
+        if arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        elif arg == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--config."):
+            overrides.append(arg)
+    if path is None:
+        return  # absl reports the missing required flag
+    file, _, param = path.partition(":")
+    if not os.path.isfile(file):
+        _fail(f"--config={path}: no such config file (configs live in configs/*.py)")
+    try:
+        spec = importlib.util.spec_from_file_location("_invjax_config_check", file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        config = module.get_config(param) if param else module.get_config()
+    except Exception as e:  # noqa: BLE001 (any failure of the user's file gets one message)
+        _fail(f"cannot load config file {file}: {type(e).__name__}: {e}")
+    for arg in overrides:
+        key = arg[2:].split("=", 1)[0][len("config.") :]
+        node, walked = config, "config"
+        for part in key.split("."):
+            if not hasattr(node, "keys") or not hasattr(node, "unlocked"):
+                break  # below a leaf (e.g. a tuple): ml_collections judges
+            if part not in node:
+                _fail(
+                    f"unknown config key {walked[len('config.') :] + '.' if '.' in walked else ''}"
+                    f"{part!s} in {arg}: valid keys of {walked} are {sorted(node.keys())}"
+                )
+            node, walked = node[part], f"{walked}.{part}"
+
+
+def _parse_flags(argv):
+    _check_config_args(argv)
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        _fail(str(e))
+
+
+def main(argv):
+    del argv
+    from invjax import checkpoint, parallel, train
+
+    if _WORKDIR.value is None or _CONFIG.value is None:
+        _fail("both --config=configs/NAME.py and --workdir=DIR are required")
+    if not flags.FLAGS["verbosity"].present:  # orbax logs every file it writes at INFO
+        logging.set_verbosity(logging.WARNING)
+    config = _CONFIG.value
+    parallel.initialize_distributed(bool(config.get("multi_host", False)))
+    try:
+        experiment = train.prepare(config, _WORKDIR.value)
+    except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
+        _fail(str(e))
+    try:
+        results = train.run(experiment)
+    except train.NonFiniteLossError as e:
+        _fail(str(e), status=1)
+    print(f"test_error={results['test_error']:.2f}%", flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=_parse_flags)

@@ -1,0 +1,782 @@
+"""Training and evaluation: the paper's optimisers and schedules, jitted steps, the resumable loop.
+
+Recipes (paper appendix; REFERENCES.md): SGD with momentum 0.9 (Nesterov for STL-10) or Adam
+(Scaled-MNIST), with PyTorch-style L2 weight decay, i.e. ``g <- g + wd * theta`` *before* the
+momentum / Adam moments (``optax.add_decayed_weights`` then the optimiser; not AdamW's decoupled
+decay), and step schedules ``lr_t = lr * factor^(number of boundaries passed)`` with boundaries
+in epochs (PyTorch's ``MultiStepLR``: the first update of epoch ``b`` already uses the new rate).
+
+One train step (jitted, data-parallel via :mod:`invjax.parallel`): images (uint8 or float) are
+normalised and augmented on the device, the cross-entropy gradient is taken with dropout key
+``fold_in(rng, step)``, BatchNorm statistics are updated, and the optimiser applies. The batch
+of a step is a pure function of ``(seed, step)`` (:func:`batch_indices`), so a run restored from
+any checkpoint repeats exactly the work of an uninterrupted one.
+
+Two-phase multi-stream training: ``train.init_from`` copies variables of finished runs into
+sub-trees of the model (:func:`graft`), and ``train.trainable`` names the parameter path
+prefixes that train; every other parameter gets zero updates (``optax.multi_transform`` with
+``optax.set_to_zero``: no weight decay either, so frozen parameters stay bit-identical). Frozen
+BatchNorm statistics are the model's business: it runs frozen parts with ``train=False``.
+
+Epoch-end hooks: a model may define ``epoch_end_hooks(self) -> sequence of hook`` with
+``hook(state: TrainState, epochs_done: int, ctx: HookContext) -> TrainState``; they run after
+every epoch (``epochs_done`` = epochs completed, 1, 2, ...) before evaluation and checkpointing,
+and once with ``epochs_done=0`` before the first step of a fresh run (Scale-II monomial pruning
+"after 0, 5 and 10 epochs"). Hooks must be deterministic functions of their arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+from flax import struct, traverse_util
+
+from invjax import checkpoint, models, parallel
+from invjax import data as data_lib
+from invjax.logging_utils import Reporter
+
+OPTIMIZERS = ("sgd", "adam")
+NON_STATE_COLLECTIONS = ("params", "batch_stats", "intermediates")
+# Keys a resumed run may change (everything else must match the stored config).
+RESUMABLE_KEYS = (
+    "multi_host",
+    "data.data_dir",
+    "train.num_epochs",
+    "train.eval_batch_size",
+    "train.eval_every_epochs",
+    "train.log_every_steps",
+    "train.checkpoint_every_steps",
+    "train.keep_checkpoints",
+)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or Inf; the message names the step and the kept checkpoint."""
+
+
+# ----------------------------------------------------------------------------- config checks
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+
+
+def validate_train_config(tc) -> None:
+    """Raise one clear ValueError for the first invalid ``config.train`` value (no compute)."""
+
+    def bad(key, value, valid):
+        raise ValueError(f"train.{key}={value!r} is invalid: {valid}")
+
+    if tc.optimizer not in OPTIMIZERS:
+        bad("optimizer", tc.optimizer, f"valid optimizers are {list(OPTIMIZERS)}")
+    if not _is_num(tc.learning_rate) or not tc.learning_rate > 0:
+        bad("learning_rate", tc.learning_rate, "it must be a number > 0")
+    if not _is_num(tc.momentum) or not 0 <= tc.momentum < 1:
+        bad("momentum", tc.momentum, "it must be in [0, 1)")
+    if tc.nesterov and (tc.optimizer != "sgd" or tc.momentum == 0):
+        bad("nesterov", tc.nesterov, "Nesterov needs optimizer='sgd' and momentum > 0")
+    if not _is_num(tc.weight_decay) or tc.weight_decay < 0:
+        bad("weight_decay", tc.weight_decay, "it must be a number >= 0")
+    for key in ("batch_size", "eval_batch_size", "num_epochs", "eval_every_epochs"):
+        if not _is_int(tc[key]) or tc[key] < 1:
+            bad(key, tc[key], "it must be an integer >= 1")
+    for key in ("log_every_steps", "checkpoint_every_steps"):
+        if not _is_int(tc[key]) or tc[key] < 0:
+            bad(key, tc[key], "it must be an integer >= 0")
+    if not _is_int(tc.keep_checkpoints) or tc.keep_checkpoints < 1:
+        bad("keep_checkpoints", tc.keep_checkpoints, "it must be an integer >= 1")
+    b = tuple(tc.lr_boundaries)
+    if not all(_is_num(e) and 0 < e < tc.num_epochs for e in b) or list(b) != sorted(set(b)):
+        bad(
+            "lr_boundaries",
+            b,
+            f"it must be increasing epochs strictly between 0 and num_epochs={tc.num_epochs}",
+        )
+    if not _is_num(tc.lr_decay_factor) or not tc.lr_decay_factor > 0:
+        bad("lr_decay_factor", tc.lr_decay_factor, "it must be a number > 0")
+    if tc.trainable is not None:
+        if isinstance(tc.trainable, str) or not all(
+            isinstance(p, str) and p.strip("/") for p in tc.trainable
+        ):
+            bad(
+                "trainable",
+                tc.trainable,
+                "it must be None (train everything) or a tuple of parameter path prefixes, "
+                "e.g. ('head', 'combine')",
+            )
+    for entry in tc.init_from:
+        if (
+            isinstance(entry, str)
+            or len(entry) != 3
+            or not all(isinstance(s, str) for s in entry)
+            or not entry[0]
+        ):
+            bad(
+                "init_from",
+                tuple(tc.init_from),
+                "it must be a tuple of (workdir, source_prefix, target_prefix) string triples",
+            )
+
+
+# ----------------------------------------------------------------------------- optimiser
+
+
+def lr_schedule(
+    learning_rate: float, boundaries: Sequence[float], factor: float, steps_per_epoch: int
+) -> optax.Schedule:
+    """``lr * factor^k`` where ``k`` = boundaries (in epochs) reached by the update ``count``.
+
+    ``count`` is the number of updates done before this one (optax's convention), so the update
+    with ``count = b * steps_per_epoch``, the first of epoch ``b``, uses the decayed rate, as
+    PyTorch's ``MultiStepLR`` stepped at epoch ends.
+    """
+    bounds = np.asarray([round(e * steps_per_epoch) for e in boundaries], np.int32)
+
+    def schedule(count):
+        k = jnp.sum(jnp.asarray(count) >= bounds) if bounds.size else 0
+        return jnp.asarray(learning_rate, jnp.float32) * jnp.asarray(factor, jnp.float32) ** k
+
+    return schedule
+
+
+def _path(keys) -> str:
+    return "/".join(str(k) for k in keys)
+
+
+def param_paths(params) -> list[str]:
+    """``'a/b/kernel'`` strings of every parameter leaf."""
+    return [_path(k) for k in traverse_util.flatten_dict(params)]
+
+
+def _matches(path: str, prefix: str) -> bool:
+    prefix = prefix.strip("/")
+    return prefix == "" or path == prefix or path.startswith(prefix + "/")
+
+
+def trainable_labels(params, prefixes: Sequence[str] | None):
+    """Label pytree (``'trainable'`` / ``'frozen'``) for ``optax.multi_transform``.
+
+    A parameter trains if its path starts with one of ``prefixes`` (whole path components:
+    ``'head'`` matches ``head/Dense_0/kernel``, not ``header/...``). ``None`` trains everything.
+    A prefix that matches no parameter is an error naming the valid top-level names.
+    """
+    flat = traverse_util.flatten_dict(params)
+    paths = {k: _path(k) for k in flat}
+    if prefixes is None:
+        labels = {k: "trainable" for k in flat}
+    else:
+        for p in prefixes:
+            if not any(_matches(s, p) for s in paths.values()):
+                top = sorted({str(k[0]) for k in flat})
+                raise ValueError(
+                    f"train.trainable prefix {p!r} matches no parameter: parameter paths start "
+                    f"with {top} (paths look like {next(iter(paths.values()), '')!r})"
+                )
+        labels = {
+            k: "trainable" if any(_matches(s, p) for p in prefixes) else "frozen"
+            for k, s in paths.items()
+        }
+    return traverse_util.unflatten_dict(labels)
+
+
+def make_optimizer(tc, steps_per_epoch: int, params=None) -> optax.GradientTransformation:
+    """The optimiser of ``config.train`` (see the module docstring); ``params`` for freezing."""
+    schedule = lr_schedule(tc.learning_rate, tc.lr_boundaries, tc.lr_decay_factor, steps_per_epoch)
+    if tc.optimizer == "sgd":
+        inner = optax.sgd(schedule, momentum=tc.momentum or None, nesterov=bool(tc.nesterov))
+    else:  # PyTorch's Adam defaults (b1 0.9, b2 0.999, eps 1e-8) are optax's too
+        inner = optax.adam(schedule)
+    tx = optax.chain(optax.add_decayed_weights(tc.weight_decay), inner)
+    if tc.trainable is None:
+        return tx
+    labels = trainable_labels(params, tuple(tc.trainable))
+    return optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+# ----------------------------------------------------------------------------- state
+
+
+class TrainState(struct.PyTreeNode):
+    """Everything a step changes, and all a checkpoint needs besides the position in the data.
+
+    step: int32 scalar, updates done. rng: uint32 ``[2]`` base key (step keys are folded in).
+    extra: variable collections other than params / batch_stats (e.g. ``ii_mask``), passed to
+    the model unchanged by a step (hooks may change them). best: ``{}`` or the variables
+    ``{'params', 'batch_stats', 'extra'}`` of the best validation epoch so far.
+    """
+
+    step: jax.Array
+    params: Any
+    batch_stats: Any
+    opt_state: Any
+    rng: jax.Array
+    extra: Any = struct.field(default_factory=dict)
+    best: Any = struct.field(default_factory=dict)
+
+    def variables(self) -> dict:
+        return {"params": self.params, "batch_stats": self.batch_stats, **self.extra}
+
+    def replace_variables(self, variables) -> TrainState:
+        """The state with model variables ``variables`` (e.g. returned by a hook)."""
+        params, batch_stats, extra = split_variables(variables)
+        return self.replace(params=params, batch_stats=batch_stats, extra=extra)
+
+
+def split_variables(variables) -> tuple[Any, Any, dict]:
+    variables = dict(variables)
+    extra = {k: v for k, v in variables.items() if k not in NON_STATE_COLLECTIONS}
+    return variables["params"], variables.get("batch_stats", {}), extra
+
+
+def best_variables(best) -> dict:
+    return {"params": best["params"], "batch_stats": best["batch_stats"], **best["extra"]}
+
+
+def init_variables(model, image_shape, rng) -> dict:
+    x = jnp.zeros((1, *image_shape), jnp.float32)
+    variables = dict(model.init({"params": rng, "dropout": rng}, x, train=False))
+    variables.pop("intermediates", None)
+    return variables
+
+
+def _get_path(tree, prefix: str):
+    for key in [k for k in prefix.strip("/").split("/") if k]:
+        if not hasattr(tree, "items") or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
+def graft(variables: dict, source: dict, src_prefix: str, dst_prefix: str) -> tuple[dict, int]:
+    """Copy ``source`` variables under ``src_prefix`` into ``variables`` under ``dst_prefix``.
+
+    Every collection of ``source`` (params, batch_stats, ...) is copied leaf by leaf where the
+    same relative path exists in the target; source leaves the target lacks (e.g. a single-stream
+    run's own classifier) are left out. Every *parameter* under ``dst_prefix`` must receive a
+    value, and shapes must agree: ValueError otherwise. Returns ``(new variables, leaves
+    left out)``. Pure (works on abstract ``ShapeDtypeStruct`` trees too).
+    """
+    out = {k: dict(traverse_util.flatten_dict(v, sep="/")) for k, v in variables.items()}
+    skipped = 0
+    dst = dst_prefix.strip("/")
+    for col, tree in source.items():
+        sub = _get_path(tree, src_prefix)
+        if sub is None or not hasattr(sub, "items"):
+            if col == "params":
+                raise ValueError(f"init_from source has no parameters under {src_prefix!r}")
+            continue
+        target = out.get(col, {})
+        copied = set()
+        for rel, leaf in traverse_util.flatten_dict(sub, sep="/").items():
+            path = f"{dst}/{rel}" if dst else rel
+            if path not in target:
+                skipped += 1
+                continue
+            if tuple(np.shape(leaf)) != tuple(target[path].shape):
+                raise ValueError(
+                    f"init_from: {col}/{path} has shape {tuple(target[path].shape)} in this model "
+                    f"but {tuple(np.shape(leaf))} in the source ({src_prefix!r}/{rel}): the "
+                    "source run must use the same architecture for that part"
+                )
+            target[path] = jnp.asarray(leaf, target[path].dtype)
+            copied.add(path)
+        if col == "params":
+            missing = [p for p in target if _matches(p, dst) and p not in copied]
+            if missing:
+                raise ValueError(
+                    f"init_from: {len(missing)} parameters under {dst_prefix!r} have no value in "
+                    f"the source under {src_prefix!r}, e.g. {missing[:3]}"
+                )
+    new = {k: traverse_util.unflatten_dict(v, sep="/") for k, v in out.items()}
+    return new, skipped
+
+
+def create_state(model, tx, image_shape, seed: int, select_best: bool, sources=()) -> TrainState:
+    """A fresh state: ``init`` with ``PRNGKey(seed)``, then the ``init_from`` grafts.
+
+    ``sources``: ``((source variables, src_prefix, dst_prefix), ...)``.
+    """
+    k_init, k_train = jax.random.split(jax.random.PRNGKey(seed))
+    variables = init_variables(model, image_shape, k_init)
+    for src, src_prefix, dst_prefix in sources:
+        variables, _ = graft(variables, src, src_prefix, dst_prefix)
+    params, batch_stats, extra = split_variables(variables)
+    best = {}
+    if select_best:
+        best = {"params": params, "batch_stats": batch_stats, "extra": extra}
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        batch_stats=batch_stats,
+        opt_state=tx.init(params),
+        rng=k_train,
+        extra=extra,
+        best=best,
+    )
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def cross_entropy(logits, labels):
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
+def make_train_step(model, tx, augment: str, mean, std) -> Callable:
+    """``train_step(state, images, labels) -> (state, {'loss': mean, 'errors': count})``."""
+    mean = np.asarray(mean, np.float32)
+    std = np.asarray(std, np.float32)
+
+    def train_step(state: TrainState, images, labels):
+        k_aug, k_drop = jax.random.split(jax.random.fold_in(state.rng, state.step))
+        x = data_lib.augment.apply(augment, k_aug, data_lib.to_float(images, mean, std))
+
+        def loss_fn(params):
+            variables = {"params": params, "batch_stats": state.batch_stats, **state.extra}
+            logits, updates = model.apply(
+                variables, x, train=True, rngs={"dropout": k_drop}, mutable=["batch_stats"]
+            )
+            return cross_entropy(logits, labels).mean(), (logits, updates)
+
+        (loss, (logits, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        opt_updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        new = state.replace(
+            step=state.step + 1,
+            params=optax.apply_updates(state.params, opt_updates),
+            batch_stats=updates.get("batch_stats", state.batch_stats),
+            opt_state=opt_state,
+        )
+        errors = jnp.sum(jnp.argmax(logits, -1) != labels)
+        return new, {"loss": loss, "errors": errors}
+
+    return train_step
+
+
+def make_eval_step(model, mean, std) -> Callable:
+    """``eval_step(variables, images, labels, mask) -> {'loss': sum, 'errors': count}`` (masked)."""
+    mean = np.asarray(mean, np.float32)
+    std = np.asarray(std, np.float32)
+
+    def eval_step(variables, images, labels, mask):
+        logits = model.apply(variables, data_lib.to_float(images, mean, std), train=False)
+        loss = jnp.sum(jnp.where(mask, cross_entropy(logits, labels), 0.0))
+        errors = jnp.sum(mask & (jnp.argmax(logits, -1) != labels))
+        return {"loss": loss, "errors": errors}
+
+    return eval_step
+
+
+def batch_indices(n: int, batch_size: int, seed: int, epoch: int, index: int) -> np.ndarray:
+    """Indices of batch ``index`` of ``epoch``: a slice of ``epoch_order(n, seed, epoch)``.
+
+    An epoch has ``ceil(n / batch_size)`` batches; the last one is completed with the first
+    samples of the same order (static shapes for jit; every sample is seen once per epoch).
+    """
+    order = data_lib.epoch_order(n, seed, epoch)
+    idx = np.arange(index * batch_size, (index + 1) * batch_size) % n
+    return order[idx]
+
+
+def evaluate(eval_step, variables, split, batch_size: int, mesh) -> tuple[float, float]:
+    """Mean loss and error (percent) of ``variables`` on a split; NaN for an empty split."""
+    n = len(split)
+    if n == 0:
+        return math.nan, math.nan
+    outs = []
+    for start in range(0, n, batch_size):
+        idx = np.arange(start, start + batch_size)
+        mask = idx < n
+        idx = np.minimum(idx, n - 1)
+        outs.append(
+            eval_step(
+                variables,
+                parallel.shard_batch(split.images[idx], mesh),
+                parallel.shard_batch(split.labels[idx], mesh),
+                parallel.shard_batch(mask, mesh),
+            )
+        )
+    outs = jax.device_get(outs)
+    loss = sum(float(o["loss"]) for o in outs) / n
+    errors = sum(int(o["errors"]) for o in outs)
+    return loss, 100.0 * errors / n
+
+
+# ----------------------------------------------------------------------------- hooks
+
+
+@dataclasses.dataclass
+class HookContext:
+    """What an epoch-end hook may use: the model, and a fixed normalised batch of training images
+    (``float32 [B, H, W, C]``, not augmented: the first ``batch_size`` training images)."""
+
+    model: Any
+    images: Any
+    mesh: Any
+
+
+def epoch_end_hooks(model) -> list[Callable]:
+    hooks = getattr(model, "epoch_end_hooks", None)
+    if hooks is None:
+        return []
+    return list(hooks() if callable(hooks) else hooks)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _flat_config(config) -> dict:
+    d = (
+        json.loads(config.to_json_best_effort())
+        if hasattr(config, "to_json_best_effort")
+        else config
+    )
+    return {_path(k): v for k, v in traverse_util.flatten_dict(d).items()}
+
+
+def check_resume_config(stored: dict | None, config, workdir: str) -> None:
+    """A workdir's checkpoints may only be resumed by the same experiment (RESUMABLE_KEYS aside)."""
+    if stored is None:
+        return
+    old, new = _flat_config(stored), _flat_config(config)
+    diff = [
+        k
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k) and k not in RESUMABLE_KEYS
+    ]
+    if diff:
+        shown = ", ".join(f"{k}: {old.get(k)!r} stored, {new.get(k)!r} now" for k in diff[:5])
+        raise ValueError(
+            f"--workdir={workdir} holds checkpoints of a different experiment ({shown}"
+            f"{', ...' if len(diff) > 5 else ''}). Resume it with its own config (saved in "
+            f"{os.path.join(workdir, 'config.json')}) or choose a new --workdir. Only "
+            f"{list(RESUMABLE_KEYS)} may change on resume."
+        )
+
+
+@dataclasses.dataclass
+class Experiment:
+    """A validated run, ready to compute: built by :func:`prepare`, run by :func:`run`."""
+
+    config: Any
+    workdir: str
+    dataset: Any
+    model: Any
+    mesh: Any
+    tx: Any
+    steps_per_epoch: int
+    num_steps: int
+    sources: list
+    restored: checkpoint.Restored | None
+    num_params: int
+    num_trainable: int
+
+
+def _abstract(tree, sharding):
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree)
+
+
+def prepare(config, workdir: str) -> Experiment:
+    """Check everything and load what is on disk; no training compute. ValueError if bad input.
+
+    Order: config values, dataset (N_t, shapes), model on the dataset's image shape (abstractly),
+    optimiser and trainable prefixes, init_from sources, then the workdir's checkpoints (config
+    match, readability). Nothing in ``workdir`` is written.
+    """
+    for section in ("data", "model", "train"):
+        if section not in config:
+            raise ValueError(f"config has no {section!r} section: start from configs/base.py")
+    seed = config.seed
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"seed={seed!r} is invalid: it must be an integer >= 0")
+    tc = config.train
+    validate_train_config(tc)
+    mesh = parallel.make_mesh()
+    parallel.check_batch_size(tc.batch_size, mesh, "train.batch_size")
+    parallel.check_batch_size(tc.eval_batch_size, mesh, "train.eval_batch_size")
+
+    data_lib.check_config(config.data)
+    ds = data_lib.load(config.data)
+    if tc.select_best and len(ds.val) == 0:
+        raise ValueError(
+            "train.select_best=True needs a validation split, but data.val_fraction="
+            f"{config.data.val_fraction} leaves none: set data.val_fraction > 0 or "
+            "train.select_best=False"
+        )
+    num_classes = config.model.get("num_classes")
+    if num_classes is None:
+        with config.unlocked():
+            config.model.num_classes = ds.num_classes
+    elif num_classes != ds.num_classes:
+        raise ValueError(
+            f"model.num_classes={num_classes} but dataset {ds.name!r} has {ds.num_classes} "
+            "classes: leave model.num_classes unset (None) or set it to the dataset's"
+        )
+    model = models.build(config.model)
+    rng = jax.random.PRNGKey(0)
+    variables = jax.eval_shape(functools.partial(init_variables, model, ds.image_shape), rng)
+    x = jax.ShapeDtypeStruct((2, *ds.image_shape), jnp.float32)
+    logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
+    if tuple(logits.shape) != (2, ds.num_classes):
+        raise ValueError(
+            f"model {config.model.name!r} maps images {(2, *ds.image_shape)} to logits of shape "
+            f"{tuple(logits.shape)}, expected {(2, ds.num_classes)}"
+        )
+    steps_per_epoch = -(-len(ds.train) // tc.batch_size)
+    tx = make_optimizer(tc, steps_per_epoch, variables["params"])
+
+    sources = []
+    for src_dir, src_prefix, dst_prefix in tc.init_from:
+        src = checkpoint.load_params(src_dir)
+        sources.append((src, src_prefix, dst_prefix))
+        variables, skipped = graft(variables, src, src_prefix, dst_prefix)  # checks shapes
+        logging.info(
+            "init_from %s: %r -> %r (%d leaves left out)", src_dir, src_prefix, dst_prefix, skipped
+        )
+
+    make = functools.partial(
+        create_state, model, tx, ds.image_shape, seed, bool(tc.select_best), sources
+    )
+    abstract_state = _abstract(jax.eval_shape(make), parallel.replicated(mesh))
+    check_resume_config(checkpoint.read_config(workdir), config, workdir)
+    restored = checkpoint.restore_latest(workdir, abstract_state)
+    params = variables["params"]
+    num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
+    if tc.trainable is None:
+        num_trainable = num_params
+    else:
+        labels = jax.tree.leaves(trainable_labels(params, tuple(tc.trainable)))
+        num_trainable = sum(
+            int(np.prod(p.shape))
+            for p, lab in zip(jax.tree.leaves(params), labels)
+            if lab == "trainable"
+        )
+    return Experiment(
+        config=config,
+        workdir=workdir,
+        dataset=ds,
+        model=model,
+        mesh=mesh,
+        tx=tx,
+        steps_per_epoch=steps_per_epoch,
+        num_steps=steps_per_epoch * tc.num_epochs,
+        sources=sources,
+        restored=restored,
+        num_params=num_params,
+        num_trainable=num_trainable,
+    )
+
+
+def run(exp: Experiment) -> dict:
+    """Train (resuming where the checkpoints say), evaluate, write results; returns them."""
+    config, tc, ds, mesh = exp.config, exp.config.train, exp.dataset, exp.mesh
+    primary = jax.process_index() == 0
+    os.makedirs(exp.workdir, exist_ok=True)
+    if primary:
+        with open(os.path.join(exp.workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2) + "\n")
+    rep = parallel.replicated(mesh)
+    n_train, bsz, spe = len(ds.train), tc.batch_size, exp.steps_per_epoch
+    hook_images = data_lib.to_float(ds.train.images[: min(bsz, n_train)], ds.mean, ds.std)
+    ctx = HookContext(model=exp.model, images=hook_images, mesh=mesh)
+    hooks = epoch_end_hooks(exp.model)
+
+    def run_hooks(state, epochs_done):
+        for hook in hooks:
+            state = hook(state, epochs_done, ctx)
+        return parallel.replicate(state, mesh) if hooks else state
+
+    if exp.restored is not None:
+        state, meta = exp.restored.state, exp.restored.meta
+    else:
+        make = functools.partial(
+            create_state,
+            exp.model,
+            exp.tx,
+            ds.image_shape,
+            config.seed,
+            bool(tc.select_best),
+            exp.sources,
+        )
+        state = run_hooks(jax.jit(make, out_shardings=rep)(), 0)
+        meta = {
+            "epoch_sums": [0.0, 0.0, 0],
+            "best_val_error": None,
+            "best_epoch": None,
+            "wall_time_s": 0.0,
+        }
+    writer = checkpoint.Writer(
+        exp.workdir,
+        tc.keep_checkpoints,
+        exp.restored.skipped if exp.restored else (),
+        primary=primary,
+    )
+    step = int(jax.device_get(state.step))
+    reporter = Reporter(
+        exp.workdir,
+        start_step=step,
+        total_steps=exp.num_steps,
+        steps_per_epoch=spe,
+        log_every_steps=tc.log_every_steps or spe,
+        enabled=primary,
+    )
+    train_step = parallel.jit_train_step(
+        make_train_step(exp.model, exp.tx, ds.augment, ds.mean, ds.std), mesh
+    )
+    eval_step = parallel.jit_eval_step(make_eval_step(exp.model, ds.mean, ds.std), mesh)
+    if exp.restored is not None:
+        reporter.message(f"resuming from the checkpoint of step {step} in {writer.directory}")
+    sums = list(meta["epoch_sums"])
+    t_start, elapsed0, step0 = time.perf_counter(), float(meta["wall_time_s"]), step
+
+    def consume(pending):
+        s, m = pending
+        m = jax.device_get(m)
+        loss, errors = float(m["loss"]), int(m["errors"])
+        if not math.isfinite(loss):
+            kept = writer.last_saved
+            raise NonFiniteLossError(
+                f"training loss is {loss} at step {s} (epoch {(s - 1) // spe + 1}): stopped. "
+                + (
+                    f"The last good checkpoint (step {kept}) is kept in {writer.directory}."
+                    if kept is not None
+                    else "No checkpoint had been saved yet."
+                )
+                + " Lower train.learning_rate or check the data."
+            )
+        sums[0] += loss * bsz
+        sums[1] += errors
+        sums[2] += bsz
+        reporter.step_done(s, loss, errors, bsz)
+
+    def save(state):
+        meta.update(
+            epoch_sums=list(sums),
+            wall_time_s=elapsed0 + time.perf_counter() - t_start,
+            epoch=step // spe,
+            config=json.loads(config.to_json_best_effort()),
+        )
+        writer.save(step, state, meta)
+
+    try:
+        pending = None
+        while step < exp.num_steps:
+            epoch, index = divmod(step, spe)
+            idx = batch_indices(n_train, bsz, config.seed, epoch, index)
+            state, metrics = train_step(
+                state,
+                parallel.shard_batch(ds.train.images[idx], mesh),
+                parallel.shard_batch(ds.train.labels[idx], mesh),
+            )
+            step += 1
+            if pending is not None:  # one step behind: the device runs ahead of this check
+                consume(pending)
+            pending = (step, metrics)
+            epoch_end = step % spe == 0
+            if not (
+                epoch_end or (tc.checkpoint_every_steps and step % tc.checkpoint_every_steps == 0)
+            ):
+                continue
+            consume(pending)
+            pending = None
+            if epoch_end:
+                done = step // spe
+                state = run_hooks(state, done)
+                reporter.record(
+                    {
+                        "step": step,
+                        "epoch": done,
+                        "split": "train",
+                        "loss": sums[0] / max(sums[2], 1),
+                        "error": 100.0 * sums[1] / max(sums[2], 1),
+                    }
+                )
+                sums[:] = [0.0, 0.0, 0]
+                if len(ds.val) and (done % tc.eval_every_epochs == 0 or step == exp.num_steps):
+                    loss, err = evaluate(
+                        eval_step, state.variables(), ds.val, tc.eval_batch_size, mesh
+                    )
+                    reporter.record(
+                        {"step": step, "epoch": done, "split": "val", "loss": loss, "error": err}
+                    )
+                    best = meta["best_val_error"]
+                    if tc.select_best and (best is None or err < best):
+                        meta.update(best_val_error=err, best_epoch=done)
+                        state = state.replace(
+                            best={
+                                "params": state.params,
+                                "batch_stats": state.batch_stats,
+                                "extra": state.extra,
+                            }
+                        )
+            save(state)
+
+        final = best_variables(state.best) if tc.select_best else state.variables()
+        epochs = step // spe
+        val_loss, val_err = evaluate(eval_step, final, ds.val, tc.eval_batch_size, mesh)
+        test_loss, test_err = evaluate(eval_step, final, ds.test, tc.eval_batch_size, mesh)
+        for split, loss, err in (("val", val_loss, val_err), ("test", test_loss, test_err)):
+            if math.isfinite(loss):
+                reporter.record(
+                    {
+                        "step": step,
+                        "epoch": epochs,
+                        "split": split,
+                        "loss": loss,
+                        "error": err,
+                        "final": True,
+                    }
+                )
+        wall = elapsed0 + time.perf_counter() - t_start
+        trained = (step - step0) * bsz
+        results = {
+            "test_error": test_err,
+            "test_loss": test_loss,
+            "val_error": val_err if math.isfinite(val_err) else None,
+            "val_loss": val_loss if math.isfinite(val_loss) else None,
+            "params": exp.num_params,
+            "trainable_params": exp.num_trainable,
+            "n_train": n_train,
+            "n_val": len(ds.val),
+            "n_test": len(ds.test),
+            "seed": config.seed,
+            "dataset": ds.name,
+            "model": config.model.name,
+            "epochs": epochs,
+            "steps": step,
+            "batch_size": bsz,
+            "selected_epoch": meta["best_epoch"] if tc.select_best else epochs,
+            "wall_time_s": wall,
+            "images_per_s": trained / max(time.perf_counter() - t_start, 1e-9),
+            "devices": int(mesh.devices.size),
+            "device_kind": jax.devices()[0].device_kind,
+        }
+        if primary:
+            tmp = os.path.join(exp.workdir, "results.json.tmp")
+            with open(tmp, "w") as f:
+                json.dump(results, f, indent=2)
+            os.replace(tmp, os.path.join(exp.workdir, "results.json"))
+        return results
+    finally:
+        reporter.close()
+        writer.close()
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+    """Contract 1 minus the command line: validate, train (or resume), evaluate, write results."""
+    return run(prepare(config, workdir))
