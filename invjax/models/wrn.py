@@ -1,0 +1,489 @@
+"""One pre-activation Wide-ResNet for the three convolution families of the paper (``name='wrn'``).
+
+``family='std'``: the baseline WRN (Zagoruyko & Komodakis 2016). ``family='e2'``: E(2)-steerable
+convolutions over regular fields (E(2)-STCNN, Weiler & Cesa 2019; appendix Tables 9, 11, 14).
+``family='scale'``: DISCO / SESN scale convolutions (appendix Tables 10, 12, 15). The head is
+either Invariant Integration (``head='ii'``: E(2)-II eq. 5, Scale-II WS eq. 7 followed by
+BatchNorm, translation-II for ``std``) or global average pooling (``head='pool'``, the "x" rows
+of Tables 3 and 4).
+
+Layout (``n = (depth - 4) / 6`` blocks per stage, widths ``[16, 16k, 32k, 64k]``)::
+
+    stem (3 -> 16)  ->  stage 1 (n blocks, stride first_stride)  ->  [restrict]
+                    ->  stage 2 (n blocks, stride 2)  ->  [restrict]  ->  stage 3 (stride 2)
+                    ->  BN -> ReLU  ->  head (II | pool)  ->  Dense(num_classes)
+
+Block (pre-activation, as both peers and the tables)::
+
+    x_n = ReLU(BN(x));  y = conv1(x_n, stride);  y = ReLU(BN(y));  y = Dropout(y);  y = conv2(y)
+    return y + (shortcut_1x1(x_n, stride) if width, stride or field type change else x)
+
+Dropout therefore acts on the input of the second convolution of each block (the ticks in the
+tables' Dropout column). The stride sits on the first convolution, as the tables list the reduced
+size at ``Conv s.1`` (e2cnn strides the second one; the parameter count is the same).
+
+Families
+  ``e2``: stem ``E2LiftConv`` 5x5 (e2cnn always lifts with 5x5); block convolutions 3x3 where the
+  rotation order is 1, 2 or 4, else 5x5 (e2cnn's rule). Per-stage groups, e.g. ``('D8', 'D4',
+  'D1')`` for STL-10, with :class:`~invjax.layers.e2.Restrict` between stages (a channel
+  relabelling). Widths by e2cnn's "fixparams" rule ``int(planes / |G| * sqrt(|G|))`` fields: 4 /
+  40 / 113 / 226 for WRN28-10 with D8, D4, D4. The last convolution of stage 3 (and its 1x1
+  shortcut) maps to *trivial* fields of the baseline width ``64k`` (640 for WRN28-10, 256 for
+  WRN16-4, 512 for WRN16-8), as the paper reduces e2cnn's ``64k sqrt(|G|)``. BatchNorm shares
+  statistics within each field (:class:`~invjax.layers.e2.E2BatchNorm`). E(2)-II integrates over
+  ``ii_group`` (default: the last stage's group; D8 for SVHN, D4 for CIFAR-10, D1 for STL-10).
+  The network is then exactly invariant (float32 rounding) to every 90-degree rotation and flip
+  that this group contains, on any square input whose sizes stay even at every stride-2 layer or
+  odd throughout: :func:`invjax.ops.conv.conv2d` folds a 2x2 box into stride-2 kernels on even
+  grids so that the kept samples stay symmetric about the image centre.
+  ``family='scale'``: features ``[B, H, W, S, C]``. Stem ``ScaleLiftConv``, blocks
+  ``ScaleConv`` with ``scale_size=1`` (kernel 5, effective size 3, scales ``(1, sqrt 2, 2)`` as
+  DISCO's STL-10 WRN), scale-shared BatchNorm, 1x1 shortcuts shared over scales; with
+  ``relift[s]`` the first block of stage ``s`` max-projects and lifts again (DISCO's
+  ``pools=[False, True, True]``). Stride 2 uses :func:`conv2d`'s rule (DISCO max-pools after a
+  stride-1 convolution instead). Final: scale max projection -> BN -> ReLU (DISCO's order) ->
+  Scale-II WS -> BatchNorm (the paper: "to stabilize the gradients through the division") or
+  average pooling.
+
+Constant-parameter streams: ``width_divisor`` divides every channel / field count ``C`` into
+``ceil(C / width_divisor)`` (``sqrt(2)`` dual, ``sqrt(3)`` triple network).
+
+Outputs: ``module.apply(v, x, train=False)`` -> logits ``[B, num_classes]``;
+``module.apply(v, x, method='features')`` (or ``features_only=True``) -> the invariant features
+``[B, C]`` that enter the classifier (the multi-stream networks combine these).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from invjax import groups as G
+from invjax.layers import e2 as e2l
+from invjax.layers import ii as iil
+from invjax.models import register
+from invjax.models.common import StdConv, divide_width, e2_fields
+from invjax.ops.conv import conv2d
+
+FAMILIES = ("std", "e2", "scale")
+HEADS = ("ii", "pool")
+DEPTHS = (10, 16, 22, 28, 34, 40)
+BN_MOMENTUM = 0.9  # Flax convention: running = 0.9 running + 0.1 batch (PyTorch's 0.1)
+BN_EPSILON = 1e-5
+
+
+def warm_group_average_operator(group: G.Group, kernel_size: int, interpolation: str) -> None:
+    """Build (and cache) E(2)-II's constant averaging operator outside any trace.
+
+    :func:`invjax.ops.ii.group_average_operator` converts ``jnp`` results to NumPy, which fails
+    on tracers when it is first called under ``jit`` / ``eval_shape``; evaluating it once at
+    compile time fills its ``lru_cache`` (same positional key as its caller) so traced calls hit it.
+    """
+    from invjax.ops import ii as ii_ops
+
+    with jax.ensure_compile_time_eval():
+        ii_ops.group_average_operator(group, kernel_size, interpolation)
+
+
+def _scale_layers():
+    # Imported lazily so that the std / E(2) networks do not depend on the scale bases.
+    from invjax.layers import scale as scale_layers
+
+    return scale_layers
+
+
+def e2_kernel_size(group: G.Group | str) -> int:
+    """e2cnn's block kernel: 3x3 where the rotation order is 1, 2 or 4, else 5x5."""
+    return 3 if G.parse_group(group).n_rotations in (1, 2, 4) else 5
+
+
+def check_config(
+    family: str,
+    depth: int,
+    widen_factor: int,
+    groups: Sequence[str],
+    head: str,
+    first_stride: int,
+    dropout: float,
+    width_divisor: float,
+) -> None:
+    """One clear ValueError for an impossible WRN configuration (before any compute)."""
+    if family not in FAMILIES:
+        raise ValueError(f"WRN family={family!r} is unknown: choose one of {FAMILIES}")
+    if not isinstance(depth, int) or depth < 10 or (depth - 4) % 6:
+        raise ValueError(f"WRN depth={depth!r} is invalid: it must be 6n+4 >= 10, e.g. {DEPTHS}")
+    if not isinstance(widen_factor, int) or widen_factor < 1:
+        raise ValueError(f"WRN widen_factor={widen_factor!r} is invalid: it must be an int >= 1")
+    if head not in HEADS:
+        raise ValueError(f"WRN head={head!r} is unknown: choose one of {HEADS}")
+    if first_stride not in (1, 2):
+        raise ValueError(f"WRN first_stride={first_stride!r} is invalid: choose 1 or 2")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"WRN dropout={dropout!r} is invalid: it must be in [0, 1)")
+    divide_width(1, width_divisor)
+    if family == "e2":
+        if len(groups) != 3:
+            raise ValueError(
+                f"WRN groups={tuple(groups)!r} is invalid: give one group per stage, e.g. "
+                "('D8', 'D4', 'D4')"
+            )
+        G.check_chain(groups)
+
+
+def wrn_widths(
+    family: str,
+    widen_factor: int,
+    groups: Sequence[str] = (),
+    stem_width: int = 16,
+    width_divisor: float = 1.0,
+) -> dict:
+    """Channel counts (fields for ``e2``): ``{'stem', 'stages': (3,), 'out'}``.
+
+    ``out`` is the width of the invariant features (the trivial fields of the last E(2) layer).
+    """
+    k = widen_factor
+    planes = (16 * k, 32 * k, 64 * k)
+    if family == "e2":
+        stem = e2_fields(stem_width, groups[0])
+        stages = tuple(e2_fields(p, g) for p, g in zip(planes, groups))
+    else:
+        stem, stages = stem_width, planes
+    out = planes[2]
+    d = width_divisor
+    return {
+        "stem": divide_width(stem, d),
+        "stages": tuple(divide_width(c, d) for c in stages),
+        "out": divide_width(out, d),
+    }
+
+
+class ScalePointwiseConv(nn.Module):
+    """1x1 convolution shared over scales (SESN's ``SESConv_H_H_1x1``), via :func:`conv2d`.
+
+    Shapes: ``[B, H, W, S, C_in] -> [B, H', W', S, features]``.
+    """
+
+    features: int
+    stride: int = 1
+
+    @nn.compact
+    def __call__(self, x):
+        b, h, w, s, c = x.shape
+        kernel = self.param(
+            "kernel",
+            nn.initializers.variance_scaling(2.0, "fan_in", "normal"),
+            (1, 1, c, self.features),
+        )
+        y = jnp.moveaxis(x, 3, 1).reshape(b * s, h, w, c)
+        y = conv2d(y, kernel, self.stride)
+        y = y.reshape(b, s, y.shape[1], y.shape[2], self.features)
+        return jnp.moveaxis(y, 1, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvSpec:
+    """Static settings of a convolution family (hashable: a field of the Linen modules)."""
+
+    family: str = "std"
+    scales: tuple[float, ...] = (1.0, math.sqrt(2.0), 2.0)
+    scale_kernel_size: int = 5
+    scale_effective_size: int = 3
+    scale_basis: str = "disco"
+
+    def width(self, x, group) -> int:
+        """Channels (std, scale) or fields (e2) of a feature map."""
+        if self.family == "e2":
+            return x.shape[-1] // G.parse_group(group).order
+        return x.shape[-1]
+
+    def bn(self, group, name):
+        """BatchNorm of the family: per channel, shared within fields (e2) or over scales."""
+        if self.family == "std":
+            return lambda x, train: nn.BatchNorm(
+                use_running_average=not train,
+                momentum=BN_MOMENTUM,
+                epsilon=BN_EPSILON,
+                name=name,
+            )(x)
+        if self.family == "e2":
+            return lambda x, train: e2l.E2BatchNorm(
+                group, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
+            )(x, train)
+        sl = _scale_layers()
+        return lambda x, train: sl.ScaleBatchNorm(
+            momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
+        )(x, train)
+
+    def conv(self, features, stride, group, name, trivial_out=False, lift=False):
+        """Stem (``lift``) or block convolution of the family."""
+        if self.family == "std":
+            return StdConv(features, 3, stride, name=name)
+        if self.family == "e2":
+            if lift:
+                return e2l.E2LiftConv(features, group, 5, stride, name=name)
+            return e2l.E2Conv(
+                features,
+                group,
+                e2_kernel_size(group),
+                stride,
+                trivial_out=trivial_out,
+                name=name,
+            )
+        sl = _scale_layers()
+        common = dict(
+            kernel_size=self.scale_kernel_size,
+            effective_size=self.scale_effective_size,
+            scales=tuple(self.scales),
+            basis=self.scale_basis,
+            stride=stride,
+            name=name,
+        )
+        if lift:
+            return sl.ScaleLiftConv(features, **common)
+        return sl.ScaleConv(features, scale_size=1, **common)
+
+    def shortcut(self, features, stride, group, name, trivial_out=False):
+        """1x1 projection shortcut of the family."""
+        if self.family == "std":
+            return StdConv(features, 1, stride, name=name)
+        if self.family == "e2":
+            return e2l.E2Conv(features, group, 1, stride, trivial_out=trivial_out, name=name)
+        return ScalePointwiseConv(features, stride, name=name)
+
+
+class WRNBlock(nn.Module):
+    """Pre-activation residual block of :class:`WideResNet` (see the module docstring).
+
+    ``group``: the E(2) group of the block (None otherwise); ``trivial_out`` (E(2) only) makes the
+    output invariant fields; ``relift`` (scale only) max-projects before ``conv1`` and lifts again.
+    """
+
+    spec: ConvSpec
+    features: int
+    group: str | None = None
+    stride: int = 1
+    dropout: float = 0.0
+    trivial_out: bool = False
+    relift: bool = False
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        spec = self.spec
+        in_width = spec.width(x, self.group)
+        x_n = nn.relu(spec.bn(self.group, "bn1")(x, train))
+        if self.relift:
+            y = _scale_layers().ScaleMaxProjection()(x_n)
+            y = spec.conv(self.features, self.stride, None, "conv1", lift=True)(y)
+        else:
+            y = spec.conv(self.features, self.stride, self.group, "conv1")(x_n)
+        y = nn.relu(spec.bn(self.group, "bn2")(y, train))
+        y = nn.Dropout(self.dropout, deterministic=not train)(y)
+        y = spec.conv(self.features, 1, self.group, "conv2", trivial_out=self.trivial_out)(y)
+        if self.stride != 1 or in_width != self.features or self.trivial_out:
+            short = spec.shortcut(
+                self.features, self.stride, self.group, "shortcut", self.trivial_out
+            )(x_n)
+        else:
+            short = x
+        return y + short
+
+
+class WideResNet(nn.Module):
+    """Pre-activation Wide-ResNet ``WRN{depth}-{widen_factor}`` of one convolution family.
+
+    Shapes: ``[B, H, W, C] -> [B, num_classes]`` (``features``: ``[B, C_out]``). See the module
+    docstring for the layout, the width rule and the exactness conditions.
+    """
+
+    family: str = "std"
+    depth: int = 16
+    widen_factor: int = 4
+    num_classes: int = 10
+    dropout: float = 0.0
+    head: str = "ii"
+    first_stride: int = 1
+    width_divisor: float = 1.0
+    stem_width: int = 16
+    ii_kernel_size: int = 3
+    # E(2)
+    groups: tuple[str, ...] = ("D8", "D8", "D8")
+    ii_group: str | None = None
+    ii_interpolation: str = "bilinear"
+    # scale
+    scales: tuple[float, ...] = (1.0, math.sqrt(2.0), 2.0)
+    scale_kernel_size: int = 5
+    scale_effective_size: int = 3
+    scale_basis: str = "disco"
+    relift: tuple[bool, bool, bool] = (False, False, False)
+
+    def __post_init__(self):
+        check_config(
+            self.family,
+            self.depth,
+            self.widen_factor,
+            self.groups,
+            self.head,
+            self.first_stride,
+            self.dropout,
+            self.width_divisor,
+        )
+        super().__post_init__()
+
+    @property
+    def widths(self) -> dict:
+        return wrn_widths(
+            self.family, self.widen_factor, self.groups, self.stem_width, self.width_divisor
+        )
+
+    @property
+    def blocks_per_stage(self) -> int:
+        return (self.depth - 4) // 6
+
+    @property
+    def spec(self) -> ConvSpec:
+        return ConvSpec(
+            self.family,
+            tuple(self.scales),
+            self.scale_kernel_size,
+            self.scale_effective_size,
+            self.scale_basis,
+        )
+
+    def _check_input(self, x):
+        if x.ndim != 4:
+            raise ValueError(f"WideResNet: expected NHWC images [B, H, W, C], got shape {x.shape}")
+
+    @nn.compact
+    def __call__(self, x, train: bool = False, features_only: bool = False):
+        self._check_input(x)
+        spec = self.spec
+        w = self.widths
+        groups = tuple(self.groups) if self.family == "e2" else (None, None, None)
+        x = spec.conv(w["stem"], 1, groups[0], "stem", lift=True)(x)
+        n = self.blocks_per_stage
+        for s in range(3):
+            if s and self.family == "e2" and groups[s] != groups[s - 1]:
+                x = e2l.Restrict(groups[s - 1], groups[s], name=f"restrict{s}")(x)
+            for b in range(n):
+                last = s == 2 and b == n - 1
+                trivial = last and self.family == "e2"
+                x = WRNBlock(
+                    spec,
+                    w["out"] if trivial else w["stages"][s],
+                    groups[s],
+                    stride=(self.first_stride if s == 0 else 2) if b == 0 else 1,
+                    dropout=self.dropout,
+                    trivial_out=trivial,
+                    relift=bool(self.relift[s]) and b == 0 and self.family == "scale",
+                    name=f"block{s + 1}_{b + 1}",
+                )(x, train)
+        feats = self._head(x, train)
+        if features_only:
+            return feats
+        return nn.Dense(self.num_classes, name="classifier")(feats)
+
+    def _head(self, x, train):
+        c = x.shape[-1]
+        if self.family == "scale":
+            x = _scale_layers().ScaleMaxProjection(name="projection")(x)
+        # Trivial fields (E(2)) and max-projected maps (scale) take a per-channel BatchNorm.
+        x = nn.BatchNorm(
+            use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name="bn"
+        )(x)
+        x = nn.relu(x)
+        k = self.ii_kernel_size
+        if self.head == "pool":
+            return iil.AveragePooling(name="pool")(x, train)
+        if self.family == "std":
+            return iil.TranslationInvariantIntegration(c, k, name="ii")(x, train)
+        if self.family == "e2":
+            group = G.parse_group(self.ii_group or self.groups[-1])
+            warm_group_average_operator(group, k, self.ii_interpolation)
+            return iil.E2InvariantIntegration(c, group.name, k, self.ii_interpolation, name="ii")(
+                x, train
+            )
+        y = iil.ScaleInvariantIntegration(c, k, name="ii")(x, train)
+        return nn.BatchNorm(
+            use_running_average=not train,
+            momentum=BN_MOMENTUM,
+            epsilon=BN_EPSILON,
+            name="ii_bn",
+        )(y)
+
+    def features(self, x, train: bool = False):
+        """Invariant features ``[B, C_out]`` (the classifier's input)."""
+        return self(x, train, features_only=True)
+
+
+def _tuple(v):
+    return tuple(v) if isinstance(v, list | tuple) else v
+
+
+def from_config(config) -> WideResNet:
+    """``config.model`` (name ``'wrn'``) -> :class:`WideResNet`; missing keys take the defaults."""
+    get = config.get
+    kwargs = {}
+    for field in (
+        "family",
+        "depth",
+        "widen_factor",
+        "dropout",
+        "head",
+        "first_stride",
+        "width_divisor",
+        "stem_width",
+        "ii_kernel_size",
+        "groups",
+        "ii_group",
+        "ii_interpolation",
+        "scales",
+        "scale_kernel_size",
+        "scale_effective_size",
+        "scale_basis",
+        "relift",
+    ):
+        val = get(field, None)
+        if val is not None:
+            kwargs[field] = _tuple(val)
+    kwargs["num_classes"] = get("num_classes", None) or 10
+    return WideResNet(**kwargs)
+
+
+@register("wrn")
+def _build(config):
+    return from_config(config)
+
+
+def invariant_elements(model: WideResNet) -> list[int]:
+    """Indices in ``D4`` (:func:`invjax.groups.dihedral`) of the 90-degree rotations and flips an
+    E(2) network is exactly invariant to: those in its last stage's group and, with II, in
+    ``ii_group`` (the trivial fields are equivariant to the former, the integral sums over the
+    latter). Empty for the other families (identity excepted)."""
+    d4 = G.dihedral(4)
+    if model.family != "e2":
+        return [0]
+    grps = [G.parse_group(model.groups[-1])]
+    if model.head == "ii" and model.ii_group:
+        grps.append(G.parse_group(model.ii_group))
+
+    def contains(grp, f, r):
+        return (f == 0 or grp.flips) and (r * grp.n_rotations) % 4 == 0
+
+    return [g for g, (f, r) in enumerate(d4.elements) if all(contains(q, f, r) for q in grps)]
+
+
+__all__ = [
+    "ConvSpec",
+    "ScalePointwiseConv",
+    "WRNBlock",
+    "WideResNet",
+    "e2_kernel_size",
+    "from_config",
+    "invariant_elements",
+    "wrn_widths",
+]
