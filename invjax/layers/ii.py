@@ -395,10 +395,8 @@ def prune_monomials(variables, relevance, keep: int):
     return freeze(out) if frozen else out
 
 
-def collect_invariant_features(apply_fn, variables, images, **kwargs) -> dict:
-    """Run ``apply_fn(variables, images, mutable=['intermediates'], **kwargs)`` and return
-    ``{layer path tuple: [B, F] features}`` of every II / pooling layer (their sown outputs)."""
-    _, state = apply_fn(variables, images, mutable=["intermediates"], **kwargs)
+def sown_features(intermediates) -> dict:
+    """``{layer path tuple: [B, F]}`` of the ``invariant_features`` sown in ``intermediates``."""
     found = {}
 
     def walk(tree, path):
@@ -408,8 +406,15 @@ def collect_invariant_features(apply_fn, variables, images, **kwargs) -> dict:
             elif hasattr(val, "items"):
                 walk(val, path + (key,))
 
-    walk(state.get("intermediates", {}), ())
+    walk(intermediates, ())
     return found
+
+
+def collect_invariant_features(apply_fn, variables, images, **kwargs) -> dict:
+    """Run ``apply_fn(variables, images, mutable=['intermediates'], **kwargs)`` and return
+    ``{layer path tuple: [B, F] features}`` of every II / pooling layer (their sown outputs)."""
+    _, state = apply_fn(variables, images, mutable=["intermediates"], **kwargs)
+    return sown_features(state.get("intermediates", {}))
 
 
 def apply_pruning_schedule(
@@ -448,3 +453,27 @@ def apply_pruning_schedule(
             raise ValueError(f"monomial layer {path} sowed no features: was it called?")
         relevance[path] = monomial_relevance(feats[path], kernels.get(path))
     return prune_monomials(variables, relevance, schedule[epochs_done])
+
+
+def make_pruning_hook(
+    next_kernels: Mapping | Callable | None = None,
+    schedule: Mapping[int, int] = MONOMIAL_PRUNING_SCHEDULE,
+):
+    """An epoch-end hook ``hook(state, epochs_done, ctx) -> state`` for :mod:`invjax.train`.
+
+    ``state`` is a :class:`invjax.train.TrainState` (``variables()`` / ``replace_variables``);
+    ``ctx.model.apply`` and ``ctx.images`` (a fixed, normalised training batch) measure the
+    pairs' spread. A model lists it in its ``epoch_end_hooks``. ``next_kernels`` as in
+    :func:`apply_pruning_schedule`.
+    """
+
+    def hook(state, epochs_done, ctx):
+        if epochs_done not in schedule:
+            return state
+        variables = state.variables()
+        new = apply_pruning_schedule(
+            variables, epochs_done, ctx.model.apply, ctx.images, next_kernels, schedule
+        )
+        return state.replace_variables(new)
+
+    return hook

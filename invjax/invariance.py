@@ -1,0 +1,437 @@
+"""Invariance error Delta of layers and models (paper Section 5.1, Table 1; DESIGN.md contract 2).
+
+    python -m invjax.invariance --table1 [--json] [--n_samples=100] [--columns=input,cnn]
+    python -m invjax.invariance --config=configs/NAME.py [--workdir=DIR] [--images=FILE.npy] \\
+        [--transforms=rot90,flip,rot45,scale] [--json]
+
+Delta
+  For one sample ``x`` and a set of ``S`` transforms ``L_s``,
+  ``Delta(x) = 1/S sum_s ||psi(x) - psi(L_s x)||_2^2 / ||psi(x)||_2^2`` (Section 5.1), with
+  ``psi(x)`` flattened to a vector. The figure reported for a set of samples is the *mean over
+  samples of Delta(x)* (each sample weighs the same, whatever the norm of its features).
+
+Transforms (``--transforms``)
+  ``rot90``: rotations by 90, 180, 270 degrees (exact); ``flip``: the mirror (exact); ``rot45``:
+  rotations by 45, 135, 225, 315 degrees (bilinear); ``scale``: ``s in {0.5, 0.55, ..., 1.0}``
+  (11 scales, ``s = 1`` included as in the paper; bicubic, zeros outside; ``s < 1`` shrinks).
+  All act about the image centre (:mod:`invjax.groups`).
+
+Table 1 (``--table1``)
+  100 samples of the offline scaled-digits set (:func:`invjax.data.digits.scaled_digits`,
+  seed 0: scikit-learn digits in MNIST's 28 x 28 format, shrunk by ``s ~ U(0.3, 1)``), the scale
+  transforms above, four layers (average pooling, DISCO's mixed pooling, Scale-II monomials,
+  Scale-II WS; :mod:`invjax.layers.ii` defaults, WS with as many outputs as inputs) and two
+  columns: ``Input`` applies the layer to the 28 x 28 image itself; ``CNN`` applies it on top of
+  a randomly initialised scale-equivariant CNN of the Scaled-MNIST architecture
+  (:class:`ScaledMNISTBackbone`: x2 nearest upsampling, ScaleLiftConv 32, max pool,
+  ScaleConv 63, max pool, ScaleConv 95, each conv followed by BN (inference mode) and ReLU; DISCO
+  basis, k = 15, effective size 7, scales 2^(i/3) for i < 4; scale max projection), the same
+  backbone for all four rows. Every random draw is seeded by ``--seed``.
+
+Model mode (``--config``)
+  Builds ``invjax.models.build(config.model)``; with ``--workdir`` loads the run's variables
+  (:func:`invjax.checkpoint.load_params`), otherwise initialises them from ``config.seed``.
+  Images: ``--images=FILE.npy`` (float32 ``[N, H, W, C]`` in [0, 1]) or the first
+  ``--n_samples`` test images of ``config.data``. Transforms act on the [0, 1] images, which are
+  then normalised with the training split's mean/std exactly as in training. For each transform
+  it prints Delta of the logits and of the model's invariant features: the outputs of every II
+  or pooling layer of :mod:`invjax.layers.ii` in the model (they sow ``invariant_features``),
+  concatenated; ``null`` when the model has none.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from invjax import groups as G
+
+SCALES: tuple[float, ...] = tuple(round(0.5 + 0.05 * i, 2) for i in range(11))
+TRANSFORMS: tuple[str, ...] = ("rot90", "flip", "rot45", "scale")
+TABLE1_ROWS: tuple[str, ...] = (
+    "Average Pooling",
+    "Mixed Pooling",
+    "Scale-II Monomials",
+    "Scale-II WS",
+)
+TABLE1_COLUMNS: tuple[str, ...] = ("Input", "CNN")
+PAPER_TABLE1: dict[str, dict[str, float]] = {
+    "Average Pooling": {"Input": 0.222, "CNN": 0.090},
+    "Mixed Pooling": {"Input": 0.017, "CNN": 0.039},
+    "Scale-II Monomials": {"Input": 1.24e-4, "CNN": 2.64e-7},
+    "Scale-II WS": {"Input": 2.97e-9, "CNN": 5.94e-3},
+}
+TABLE1_SEED = 0
+TABLE1_SAMPLES = 100
+
+
+# --------------------------------------------------------------------------- transforms
+
+
+def transform_family(name: str) -> list[tuple[str, Callable]]:
+    """``[(label, images -> images)]`` for a transform name of :data:`TRANSFORMS`."""
+    if name == "rot90":
+        return [(f"rot{90 * r}", lambda x, r=r: G.rotate(x, r * math.pi / 2)) for r in (1, 2, 3)]
+    if name == "flip":
+        return [("flip", G.flip)]
+    if name == "rot45":
+        return [
+            (f"rot{a}", lambda x, a=a: G.rotate(x, math.radians(a), "bilinear"))
+            for a in (45, 135, 225, 315)
+        ]
+    if name == "scale":
+        return [(f"scale{s:.2f}", lambda x, s=s: G.scale(x, s, "bicubic")) for s in SCALES]
+    raise ValueError(f"unknown transform {name!r}: choose from {list(TRANSFORMS)}")
+
+
+def parse_transforms(spec: str | Sequence[str]) -> list[str]:
+    """``"rot90,flip"`` -> ``["rot90", "flip"]``, each checked against :data:`TRANSFORMS`."""
+    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else list(spec)
+    names = [n for n in names if n]
+    if not names:
+        raise ValueError(f"--transforms={spec!r} is empty: choose from {list(TRANSFORMS)}")
+    for n in names:
+        transform_family(n)  # raises on unknown names
+    return names
+
+
+# --------------------------------------------------------------------------- Delta
+
+
+def _flat(tree) -> dict[str, np.ndarray]:
+    if isinstance(tree, dict):
+        return {k: np.asarray(v, np.float64).reshape(len(v), -1) for k, v in tree.items()}
+    return {"": np.asarray(tree, np.float64).reshape(len(tree), -1)}
+
+
+def _batched(fn, images, batch_size: int) -> dict[str, np.ndarray]:
+    parts = [_flat(fn(images[i : i + batch_size])) for i in range(0, len(images), batch_size)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def invariance_error(
+    fn: Callable,
+    images,
+    transforms: str | Sequence,
+    *,
+    batch_size: int = 128,
+    per_sample: bool = False,
+):
+    """Delta (module docstring) of ``fn`` on ``images`` under ``transforms``.
+
+    Args:
+      fn: ``images [n, H, W, C] -> features [n, ...]`` (or a dict of such arrays, e.g. features
+        and logits); called on batches of at most ``batch_size`` images.
+      images: ``[N, H, W, C]``.
+      transforms: a name of :data:`TRANSFORMS`, or a sequence of callables ``images -> images``
+        (or of ``(label, callable)`` pairs).
+      per_sample: return the ``[N]`` per-sample Deltas instead of their mean.
+    Returns:
+      A float (mean over samples), or a dict of them when ``fn`` returns a dict.
+    """
+    images = jnp.asarray(images)
+    if images.ndim != 4:
+        raise ValueError(f"images have shape {images.shape}: expected [N, H, W, C]")
+    if isinstance(transforms, str):
+        transforms = transform_family(transforms)
+    fns = [t[1] if isinstance(t, tuple) else t for t in transforms]
+    if not fns:
+        raise ValueError("transforms is empty: give at least one transform")
+    f0 = _batched(fn, images, batch_size)
+    norms = {k: (v**2).sum(-1) for k, v in f0.items()}
+    for k, n in norms.items():
+        if np.any(n == 0):
+            raise ValueError(
+                f"psi(x) is zero for samples {np.flatnonzero(n == 0)[:10].tolist()}"
+                f"{' of ' + k if k else ''}: Delta divides by ||psi(x)||^2"
+            )
+    total = {k: np.zeros(len(images)) for k in f0}
+    for t in fns:
+        f1 = _batched(lambda x, t=t: fn(t(x)), images, batch_size)
+        for k in f0:
+            total[k] += ((f0[k] - f1[k]) ** 2).sum(-1) / norms[k]
+    out = {
+        k: v / len(fns) if per_sample else float(np.mean(v / len(fns))) for k, v in total.items()
+    }
+    return out[""] if list(out) == [""] else out
+
+
+# --------------------------------------------------------------------------- Table 1
+
+
+class ScaledMNISTBackbone(nn.Module):
+    """The Scaled-MNIST scale-equivariant CNN up to the pooling (paper appendix, DISCO's model).
+
+    ``[B, 28, 28, 1] -> x2 nearest upsampling -> [ScaleLiftConv | ScaleConv](w_i) -> BN -> ReLU
+    (-> 2x2 max pool after the first two) -> scale max projection -> [B, 14, 14, w_3]``.
+    """
+
+    widths: Sequence[int] = (32, 63, 95)
+    kernel_size: int = 15
+    effective_size: int = 7
+    scales: Sequence[float] = tuple(2 ** (i / 3) for i in range(4))
+    basis: str = "disco"
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        from invjax.layers import scale as S
+
+        x = jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2)
+        kw = dict(
+            kernel_size=self.kernel_size,
+            effective_size=self.effective_size,
+            scales=tuple(self.scales),
+            basis=self.basis,
+        )
+        for i, w in enumerate(self.widths):
+            conv = S.ScaleLiftConv(w, **kw) if i == 0 else S.ScaleConv(w, **kw)
+            x = nn.relu(S.ScaleBatchNorm()(conv(x), train))
+            if i < len(self.widths) - 1:
+                b, h, wd, s, c = x.shape
+                x = nn.max_pool(x.reshape(b, h, wd, s * c), (2, 2), (2, 2))
+                x = x.reshape(b, h // 2, wd // 2, s, c)
+        return S.ScaleMaxProjection()(x)
+
+
+def table1_layers(n_channels: int) -> dict[str, nn.Module]:
+    """The four rows of Table 1 as :mod:`invjax.layers.ii` modules for ``n_channels`` inputs."""
+    from invjax.layers import ii as L
+
+    return {
+        "Average Pooling": L.AveragePooling(),
+        "Mixed Pooling": L.MixedPooling(),
+        "Scale-II Monomials": L.ScaleMonomialInvariantIntegration(),
+        "Scale-II WS": L.ScaleInvariantIntegration(n_channels),
+    }
+
+
+def table1_images(n_samples: int = TABLE1_SAMPLES, seed: int = TABLE1_SEED) -> np.ndarray:
+    """``n_samples`` scaled digits ``[n, 28, 28, 1]`` (the offline stand-in for Scaled-MNIST)."""
+    from invjax.data.digits import scaled_digits
+
+    images, _, _ = scaled_digits(n_samples, seed)
+    return images
+
+
+def table1_per_sample(
+    n_samples: int = TABLE1_SAMPLES,
+    seed: int = TABLE1_SEED,
+    columns: Sequence[str] = TABLE1_COLUMNS,
+    widths: Sequence[int] = (32, 63, 95),
+    batch_size: int = 50,
+    images=None,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Table 1 before averaging: ``{row: {column: [N] per-sample Delta}}`` (module docstring)."""
+    columns = [c for c in TABLE1_COLUMNS if c.lower() in {x.lower() for x in columns}]
+    if not columns:
+        raise ValueError(f"columns must name some of {list(TABLE1_COLUMNS)}")
+    x = jnp.asarray(table1_images(n_samples, seed) if images is None else images)
+    key = jax.random.PRNGKey(seed)
+    scaled = jax.jit(jax.vmap(lambda z, s: G.scale(z, s, "bicubic"), in_axes=(None, 0)))
+    result: dict[str, dict[str, np.ndarray]] = {row: {} for row in TABLE1_ROWS}
+    for column in columns:
+        if column == "Input":
+            feats_of = jax.jit(lambda z: z)
+        else:
+            backbone = ScaledMNISTBackbone(tuple(widths))
+            bvars = backbone.init(jax.random.fold_in(key, 1), x[:1])
+            feats_of = jax.jit(lambda z, bvars=bvars, backbone=backbone: backbone.apply(bvars, z))
+        # the layer inputs of every sample under every scale: [S + 1, N, h, w, c], s = identity first
+        stack = []
+        for i in range(0, len(x), batch_size):
+            xb = x[i : i + batch_size]
+            xs = scaled(xb, jnp.asarray(SCALES, jnp.float32))  # [S, b, 28, 28, 1]
+            both = jnp.concatenate([xb[None], xs]).reshape((-1,) + x.shape[1:])
+            stack.append(np.asarray(feats_of(both)).reshape((len(SCALES) + 1, len(xb), -1)))
+        z = np.concatenate(stack, axis=1)  # [S + 1, N, h * w * c]
+        h_w_c = np.asarray(feats_of(x[:1])).shape[1:]
+        z = z.reshape(z.shape[:2] + h_w_c)
+        for row, layer in table1_layers(h_w_c[-1]).items():
+            lvars = layer.init(jax.random.fold_in(key, 2), jnp.asarray(z[0, :2]))
+            apply = jax.jit(lambda u, layer=layer, lvars=lvars: layer.apply(lvars, u))
+            f = np.stack([np.asarray(apply(jnp.asarray(z[j]))) for j in range(len(z))])
+            f0, f1 = f[0].astype(np.float64), f[1:].astype(np.float64)
+            result[row][column] = (((f1 - f0) ** 2).sum(-1) / (f0**2).sum(-1)).mean(0)  # [N]
+    return result
+
+
+def table1(*args, statistic: str = "mean", **kwargs) -> dict[str, dict[str, float]]:
+    """Table 1: ``{row: {column: Delta}}``, the mean (or ``statistic="median"``) over samples.
+
+    Arguments as :func:`table1_per_sample`.
+    """
+    reduce = {"mean": np.mean, "median": np.median}.get(statistic)
+    if reduce is None:
+        raise ValueError(f"statistic={statistic!r} is unknown: choose 'mean' or 'median'")
+    per = table1_per_sample(*args, **kwargs)
+    return {row: {c: float(reduce(v)) for c, v in cols.items()} for row, cols in per.items()}
+
+
+def format_table1(result: dict[str, dict[str, float]]) -> str:
+    cols = [c for c in TABLE1_COLUMNS if any(c in result[r] for r in result)]
+    head = f"{'Layer':<20}" + "".join(f"{c + ' (ours)':>14}{c + ' (paper)':>15}" for c in cols)
+    lines = [head, "-" * len(head)]
+    for row in TABLE1_ROWS:
+        cells = "".join(
+            f"{result[row].get(c, float('nan')):>14.3g}{PAPER_TABLE1[row][c]:>15.3g}" for c in cols
+        )
+        lines.append(f"{row:<20}{cells}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- model mode
+
+
+def _model_features(model, variables, mean, std):
+    """``images in [0, 1] -> {'logits', 'features'?}`` with training's normalisation."""
+    from invjax.layers.ii import sown_features
+
+    mean = jnp.asarray(mean, jnp.float32)
+    std = jnp.asarray(std, jnp.float32)
+
+    @jax.jit
+    def fn(images):
+        x = (images - mean) / std
+        logits, state = model.apply(variables, x, train=False, mutable=["intermediates"])
+        feats = sown_features(state.get("intermediates", {}))
+        out = {"logits": logits}
+        if feats:
+            out["features"] = jnp.concatenate(
+                [feats[k].reshape(len(x), -1) for k in sorted(feats)], axis=-1
+            )
+        return out
+
+    return fn
+
+
+def model_invariance(
+    config,
+    workdir: str | None = None,
+    images=None,
+    transforms: Sequence[str] = TRANSFORMS,
+    n_samples: int = TABLE1_SAMPLES,
+    batch_size: int = 128,
+) -> dict:
+    """Contract 2: ``{transform: {'logits': Delta, 'features': Delta | None}}`` plus metadata."""
+    from invjax import models
+    from invjax.data import datasets
+
+    transforms = parse_transforms(transforms)
+    data_cfg = config.data
+    name = data_cfg.get("name") if hasattr(data_cfg, "get") else data_cfg.name
+    if name not in datasets.DATASETS:
+        raise ValueError(
+            f"unknown dataset {name!r} (config.data.name): valid are {sorted(datasets.DATASETS)}"
+        )
+    image_shape = tuple(datasets.DATASETS[name][0])
+    if images is not None:
+        images = np.asarray(images)
+        if images.ndim != 4 or tuple(images.shape[1:]) != image_shape:
+            raise ValueError(
+                f"images have shape {images.shape}: {name} models take [N, {image_shape[0]}, "
+                f"{image_shape[1]}, {image_shape[2]}] float32 in [0, 1]"
+            )
+    model = models.build(config.model)
+    ds = datasets.load(data_cfg)
+    mean, std = ds.mean, ds.std
+    if images is None:
+        test = ds.test.images[:n_samples]
+        images = test.astype(np.float32) / (255.0 if test.dtype == np.uint8 else 1.0)
+    images = np.asarray(images, np.float32)
+    if workdir:
+        from invjax import checkpoint
+
+        variables = checkpoint.load_params(workdir)
+    else:
+        from invjax import train
+
+        variables = train.init_variables(model, image_shape, jax.random.PRNGKey(config.seed))
+    fn = _model_features(model, variables, mean, std)
+    out = {}
+    for t in transforms:
+        delta = invariance_error(fn, images, t, batch_size=batch_size)
+        out[t] = {"logits": delta["logits"], "features": delta.get("features")}
+    return {
+        "invariance_error": out,
+        "n_images": len(images),
+        "model": str(config.model.get("name") if hasattr(config.model, "get") else ""),
+        "variables": "checkpoint" if workdir else "initialised",
+    }
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv=None) -> int:
+    from absl import flags
+    from ml_collections import config_flags
+
+    fl = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "Model config file.", flag_values=fl)
+    flags.DEFINE_bool("table1", False, "Print the paper's Table 1.", flag_values=fl)
+    flags.DEFINE_bool("json", False, "Print JSON.", flag_values=fl)
+    flags.DEFINE_string(
+        "workdir", None, "Run directory to load the variables from.", flag_values=fl
+    )
+    flags.DEFINE_string("images", None, "float32 [N, H, W, C] .npy in [0, 1].", flag_values=fl)
+    flags.DEFINE_string("transforms", ",".join(TRANSFORMS), "Comma list.", flag_values=fl)
+    flags.DEFINE_integer(
+        "n_samples", TABLE1_SAMPLES, "Samples (table 1 / test images).", flag_values=fl
+    )
+    flags.DEFINE_integer(
+        "seed", TABLE1_SEED, "Table 1 seed (data and random layers).", flag_values=fl
+    )
+    flags.DEFINE_string("columns", "input,cnn", "Table 1 columns.", flag_values=fl)
+    argv = list(sys.argv if argv is None else argv)
+    try:
+        fl(argv)
+        if fl.table1 == (fl["config"].value is not None):
+            raise ValueError("give either --table1 or --config=configs/NAME.py")
+        if fl.table1:
+            per = table1_per_sample(fl.n_samples, fl.seed, fl.columns.split(","))
+            result = {r: {c: float(np.mean(v)) for c, v in cols.items()} for r, cols in per.items()}
+            median = {
+                r: {c: float(np.median(v)) for c, v in cols.items()} for r, cols in per.items()
+            }
+            if fl.json:
+                print(
+                    json.dumps(
+                        {
+                            "table1": result,
+                            "table1_median": median,
+                            "paper": PAPER_TABLE1,
+                            "n_samples": fl.n_samples,
+                            "scales": list(SCALES),
+                            "seed": fl.seed,
+                        }
+                    )
+                )
+            else:
+                print(format_table1(result))
+                print("(Delta: mean over samples; medians:", json.dumps(median) + ")")
+            return 0
+        images = np.load(fl.images) if fl.images else None
+        result = model_invariance(
+            fl["config"].value, fl.workdir, images, parse_transforms(fl.transforms), fl.n_samples
+        )
+    except (ValueError, flags.Error, FileNotFoundError, OSError) as e:
+        print(f"invjax.invariance: error: {e}", file=sys.stderr)
+        return 2
+    if fl.json:
+        print(json.dumps(result))
+    else:
+        for t, d in result["invariance_error"].items():
+            feats = "n/a" if d["features"] is None else f"{d['features']:.3g}"
+            print(f"{t:<8} features {feats:>10}   logits {d['logits']:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
