@@ -23,7 +23,7 @@ def register(name: str):
 
 def build(config):
     """Build the Linen module named by ``config.name`` from the rest of ``config``."""
-    from invjax.models import multistream, simple, wrn  # noqa: F401  (import registers the builders)
+    from invjax.models import mnist, multistream, simple, wrn  # noqa: F401  (import registers the builders)
 
     name = config.get("name") if hasattr(config, "get") else getattr(config, "name", None)
     if name not in REGISTRY:

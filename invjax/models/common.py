@@ -106,11 +106,19 @@ def layer_rows(module: nn.Module, input_shape: Sequence[int]) -> list[dict]:
     intermediates, computed abstractly with ``jax.eval_shape``).
     """
     x = jax.ShapeDtypeStruct(tuple(input_shape), jnp.float32)
+    order: dict[tuple, int] = {}
+
+    def record(next_fun, args, kwargs, context):
+        # Module paths in call order (pytrees of dicts come back with sorted keys).
+        path = tuple(context.module.path) if context.module.scope is not None else ()
+        order.setdefault(path, len(order))
+        return next_fun(*args, **kwargs)
 
     def run(xx):
-        return module.init_with_output(
-            jax.random.PRNGKey(0), xx, train=False, capture_intermediates=True
-        )
+        with nn.intercept_methods(record):
+            return module.init_with_output(
+                jax.random.PRNGKey(0), xx, train=False, capture_intermediates=True
+            )
 
     (_, variables) = jax.eval_shape(run, x)
     params = variables.get("params", {})
@@ -125,7 +133,7 @@ def layer_rows(module: nn.Module, input_shape: Sequence[int]) -> list[dict]:
     for path, leaf in _flatten(params):
         layers.setdefault(path[:-1], []).append((path[-1], leaf.shape))
     rows = []
-    for path, leaves in layers.items():
+    for path, leaves in sorted(layers.items(), key=lambda kv: order.get(kv[0], len(order))):
         out = outputs.get(path)
         out_shape = (
             tuple(out[0].shape) if isinstance(out, tuple | list) else getattr(out, "shape", None)

@@ -260,12 +260,14 @@ class WRNBlock(nn.Module):
     """Pre-activation residual block of :class:`WideResNet` (see the module docstring).
 
     ``group``: the E(2) group of the block (None otherwise); ``trivial_out`` (E(2) only) makes the
-    output invariant fields; ``relift`` (scale only) max-projects before ``conv1`` and lifts again.
+    output invariant fields (``conv1`` keeps ``inner_features`` regular fields, e2cnn's
+    ``inner_fiber``); ``relift`` (scale only) max-projects before ``conv1`` and lifts again.
     """
 
     spec: ConvSpec
     features: int
     group: str | None = None
+    inner_features: int | None = None
     stride: int = 1
     dropout: float = 0.0
     trivial_out: bool = False
@@ -275,12 +277,13 @@ class WRNBlock(nn.Module):
     def __call__(self, x, train: bool = False):
         spec = self.spec
         in_width = spec.width(x, self.group)
+        inner = self.inner_features or self.features
         x_n = nn.relu(spec.bn(self.group, "bn1")(x, train))
         if self.relift:
             y = _scale_layers().ScaleMaxProjection()(x_n)
-            y = spec.conv(self.features, self.stride, None, "conv1", lift=True)(y)
+            y = spec.conv(inner, self.stride, None, "conv1", lift=True)(y)
         else:
-            y = spec.conv(self.features, self.stride, self.group, "conv1")(x_n)
+            y = spec.conv(inner, self.stride, self.group, "conv1")(x_n)
         y = nn.relu(spec.bn(self.group, "bn2")(y, train))
         y = nn.Dropout(self.dropout, deterministic=not train)(y)
         y = spec.conv(self.features, 1, self.group, "conv2", trivial_out=self.trivial_out)(y)
@@ -376,6 +379,7 @@ class WideResNet(nn.Module):
                     spec,
                     w["out"] if trivial else w["stages"][s],
                     groups[s],
+                    inner_features=w["stages"][s],
                     stride=(self.first_stride if s == 0 else 2) if b == 0 else 1,
                     dropout=self.dropout,
                     trivial_out=trivial,
