@@ -1,0 +1,208 @@
+"""Scale-equivariant Flax Linen layers: thin modules over :mod:`invjax.ops.scale`.
+
+Scale features are ``[B, H, W, S, C]`` (``S`` scales, smallest first). Only the basis
+coefficients are parameters; the basis (:mod:`invjax.bases.scale`, 'disco' or 'hermite') is a
+constant built once per configuration and closed over. Modules (the paper's Scale-LiftConv,
+Scale-Conv, Scale-MaxProj; SESN / DISCO layers):
+
+- :class:`ScaleLiftConv`  ``[B, H, W, Cin] -> [B, H', W', S, features]``
+- :class:`ScaleConv`      ``[B, H, W, S, Cin] -> [B, H', W', S, features]``
+- :class:`ScaleMaxProjection` ``[B, H, W, S, C] -> [B, H, W, C]``
+- :class:`ScaleBatchNorm` per-channel statistics shared by all scales (stays equivariant).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from invjax.bases import scale as scale_bases
+from invjax.ops import scale as ops
+
+DEFAULT_SCALES = (1.0, 2**0.5, 2.0)  # the WRN streams: 3 scales, ratio 2**(1/2) (DISCO)
+
+
+def _validate(layer: str, features, kernel_size, effective_size, scales, basis, stride):
+    if not isinstance(features, int | np.integer) or features < 1:
+        raise ValueError(f"{layer}: features={features!r} is invalid: it must be an integer >= 1")
+    if not isinstance(kernel_size, int | np.integer) or kernel_size < 1 or kernel_size % 2 != 1:
+        raise ValueError(f"{layer}: kernel_size={kernel_size!r} is invalid: it must be odd >= 1")
+    if not isinstance(effective_size, int | np.integer) or not 1 <= effective_size <= kernel_size:
+        raise ValueError(
+            f"{layer}: effective_size={effective_size!r} is invalid: it must be an integer in "
+            f"[1, kernel_size={kernel_size}]"
+        )
+    try:
+        sc = tuple(float(s) for s in scales)
+    except TypeError as e:
+        raise ValueError(f"{layer}: scales={scales!r} is invalid: expected floats") from e
+    if not sc or any(not s >= 1.0 for s in sc):
+        raise ValueError(f"{layer}: scales={scales!r} is invalid: every scale must be >= 1")
+    if basis not in scale_bases.BASES:
+        raise ValueError(f"{layer}: basis={basis!r} is unknown: choose one of {scale_bases.BASES}")
+    if stride not in (1, 2):
+        raise ValueError(f"{layer}: stride={stride!r} is invalid: choose 1 or 2")
+    return sc
+
+
+def _basis(kind, kernel_size, effective_size, scales, base_sigma) -> np.ndarray:
+    """The constant basis ``[S, F, k, k]`` as float32 NumPy (closed over, never a parameter)."""
+    return np.asarray(
+        scale_bases.basis(kind, kernel_size, effective_size, scales, base_sigma), np.float32
+    )
+
+
+def he_coefficient_init(basis: np.ndarray, fan_in_channels: int):
+    """Normal init of coefficients ``[..., F]`` so the expanded filter is He-initialised.
+
+    A dense ``k x k`` filter with He-normal init has expected squared norm ``2`` per output channel
+    (``fan_in * 2 / fan_in``). With independent coefficients of variance ``v`` the expanded filter
+    at the smallest scale has expected squared norm ``fan_in_channels * v * sum_f |psi_{1,f}|^2``;
+    ``v`` is chosen to make that 2 as well.
+    """
+    energy = float(np.sum(np.square(basis[0], dtype=np.float64)))
+    std = math.sqrt(2.0 / (fan_in_channels * energy))
+
+    def init(key, shape, dtype=jnp.float32):
+        return std * jax.random.normal(key, shape, dtype)
+
+    return init
+
+
+class ScaleLiftConv(nn.Module):
+    """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, features]`` (SESN Z2 -> H).
+
+    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, one conv2d).
+    """
+
+    features: int
+    kernel_size: int = 5
+    effective_size: int = 3
+    scales: Sequence[float] = DEFAULT_SCALES
+    basis: str = "disco"
+    stride: int = 1
+    use_bias: bool = False
+    base_sigma: float | None = None  # Hermite only
+
+    @nn.compact
+    def __call__(self, x):
+        sc = _validate(
+            "ScaleLiftConv",
+            self.features,
+            self.kernel_size,
+            self.effective_size,
+            self.scales,
+            self.basis,
+            self.stride,
+        )
+        if x.ndim != 4:
+            raise ValueError(f"ScaleLiftConv: input shape {x.shape} is invalid: expected [B,H,W,C]")
+        psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
+        cin = x.shape[-1]
+        w = self.param("weight", he_coefficient_init(psi, cin), (cin, self.features, psi.shape[1]))
+        y = ops.scale_lift_conv(x, w, jnp.asarray(psi), self.stride)
+        if self.use_bias:
+            y = y + self.param("bias", nn.initializers.zeros, (self.features,))
+        return y
+
+
+class ScaleConv(nn.Module):
+    """Scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, features]`` (SESN H -> H).
+
+    Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
+    """
+
+    features: int
+    scale_size: int = 1
+    kernel_size: int = 5
+    effective_size: int = 3
+    scales: Sequence[float] = DEFAULT_SCALES
+    basis: str = "disco"
+    stride: int = 1
+    use_bias: bool = False
+    base_sigma: float | None = None
+
+    @nn.compact
+    def __call__(self, x):
+        sc = _validate(
+            "ScaleConv",
+            self.features,
+            self.kernel_size,
+            self.effective_size,
+            self.scales,
+            self.basis,
+            self.stride,
+        )
+        if not isinstance(self.scale_size, int | np.integer) or not 1 <= self.scale_size <= len(sc):
+            raise ValueError(
+                f"ScaleConv: scale_size={self.scale_size!r} is invalid: it must be an integer in "
+                f"[1, number of scales={len(sc)}]"
+            )
+        if x.ndim != 5 or x.shape[3] != len(sc):
+            raise ValueError(
+                f"ScaleConv: input shape {x.shape} is invalid: expected [B, H, W, S={len(sc)}, C]"
+            )
+        psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
+        cin = x.shape[-1]
+        w = self.param(
+            "weight",
+            he_coefficient_init(psi, cin * self.scale_size),
+            (cin, self.features, self.scale_size, psi.shape[1]),
+        )
+        y = ops.scale_conv(x, w, jnp.asarray(psi), self.stride)
+        if self.use_bias:
+            y = y + self.param("bias", nn.initializers.zeros, (self.features,))
+        return y
+
+
+class ScaleMaxProjection(nn.Module):
+    """``[B, H, W, S, C] -> [B, H, W, C]``: maximum over scales (paper: Scale-MaxProj)."""
+
+    @nn.compact
+    def __call__(self, x):
+        return ops.scale_max_projection(x)
+
+
+class ScaleBatchNorm(nn.Module):
+    """Batch norm of ``[B, H, W, S, C]`` with one mean/variance/scale/bias per channel ``C``.
+
+    Statistics are taken over batch, space and all scales, so the same affine map acts at every
+    scale and the layer commutes with shifts along the scale axis. Variables follow Flax's
+    BatchNorm: ``params`` ``scale``, ``bias``; ``batch_stats`` ``mean``, ``var``
+    (``running = momentum * running + (1 - momentum) * batch``).
+    """
+
+    momentum: float = 0.9
+    epsilon: float = 1e-5
+
+    @nn.compact
+    def __call__(self, x, train: bool):
+        if x.ndim != 5:
+            raise ValueError(
+                f"ScaleBatchNorm: input shape {x.shape} is invalid: expected [B, H, W, S, C]"
+            )
+        if not 0.0 <= self.momentum < 1.0 or not self.epsilon > 0:
+            raise ValueError(
+                f"ScaleBatchNorm: momentum={self.momentum} must be in [0, 1) and "
+                f"epsilon={self.epsilon} > 0"
+            )
+        c = x.shape[-1]
+        gamma = self.param("scale", nn.initializers.ones, (c,))
+        beta = self.param("bias", nn.initializers.zeros, (c,))
+        ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))
+        ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((c,), jnp.float32))
+        if train:
+            mean, var = ops.scale_batch_stats(x.astype(jnp.float32))
+            if not self.is_initializing():
+                m = self.momentum
+                ra_mean.value = m * ra_mean.value + (1.0 - m) * mean
+                ra_var.value = m * ra_var.value + (1.0 - m) * var
+        else:
+            mean, var = ra_mean.value, ra_var.value
+        y = ops.scale_batch_norm(x.astype(jnp.float32), mean, var, gamma, beta, self.epsilon)
+        return y.astype(x.dtype)

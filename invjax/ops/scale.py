@@ -1,0 +1,138 @@
+"""Scale-equivariant convolution, projection and batch statistics (pure functions, no Flax).
+
+Layout: scale features are ``[B, H, W, S, C]`` (``S`` scales, smallest first; channel last).
+A basis is ``[S, F, k, k]`` (:mod:`invjax.bases.scale`). Filters are expanded from learnable
+coefficients by one einsum and applied by one :func:`invjax.ops.conv.conv2d`, so a layer costs
+one einsum and one convolution with ``S`` times the output channels.
+
+Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses these layers)
+  Lifting (Z2 -> H):   ``y[s, o] = sum_i x[i] * kappa_s[i, o]``,
+                        ``kappa_s[i, o] = sum_f w[i, o, f] psi_{s, f}``.
+  Scale conv (H -> H): ``y[s, o] = sum_{d < scale_size} sum_i x[s + d, i] * kappa_s[i, o, d]``,
+                        ``kappa_s[i, o, d] = sum_f w[i, o, d, f] psi_{s, f}``, with ``x[s'] = 0``
+                        for ``s' >= S`` (as SESN: this truncation breaks equivariance at the
+                        largest scales when ``scale_size > 1``).
+  ``*`` is the (cross-)correlation of :func:`conv2d`. Downscaling the input by ``s_i`` shifts the
+  outputs ``i`` steps towards the smaller scales (``y[s]`` of ``L_{1/s_i} x`` ~ ``L_{1/s_i}
+  y[s + i]`` of ``x``), up to the basis' discretisation error.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from invjax.ops.conv import conv2d
+
+
+def _check_basis(basis, n_funcs: int, where: str):
+    if basis.ndim != 4 or basis.shape[2] != basis.shape[3]:
+        raise ValueError(f"{where}: basis shape {basis.shape} is invalid: expected [S, F, k, k]")
+    if basis.shape[1] != n_funcs:
+        raise ValueError(
+            f"{where}: weight has {n_funcs} basis coefficients but the basis has "
+            f"{basis.shape[1]} functions (basis shape {basis.shape})"
+        )
+
+
+def expand_lift_kernel(weight, basis):
+    """``[Cin, Cout, F]`` x ``[S, F, k, k]`` -> HWIO ``[k, k, Cin, S * Cout]`` (scale-major outputs)."""
+    _check_basis(basis, weight.shape[-1], "expand_lift_kernel")
+    S, _, k, _ = basis.shape
+    cin, cout = weight.shape[:2]
+    kern = jnp.einsum("iof,sfhw->hwiso", weight, basis.astype(weight.dtype))
+    return kern.reshape(k, k, cin, S * cout)
+
+
+def scale_lift_conv(x, weight, basis, stride: int = 1):
+    """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, Cout]``.
+
+    Args:
+      x: ``[B, H, W, Cin]`` images or planar features.
+      weight: ``[Cin, Cout, F]`` coefficients.
+      basis: ``[S, F, k, k]``.
+      stride: 1 or 2 (:func:`conv2d`'s grid-symmetric rule).
+    """
+    if x.ndim != 4 or weight.ndim != 3 or x.shape[-1] != weight.shape[0]:
+        raise ValueError(
+            f"scale_lift_conv: x {x.shape} and weight {weight.shape} are incompatible: expected "
+            "x [B, H, W, Cin] and weight [Cin, Cout, F]"
+        )
+    S = basis.shape[0]
+    y = conv2d(x, expand_lift_kernel(weight, basis), stride)
+    return y.reshape(y.shape[:3] + (S, weight.shape[1]))
+
+
+def expand_scale_kernel(weight, basis):
+    """``[Cin, Cout, D, F]`` x ``[S, F, k, k]`` -> HWIO ``[k, k, D * Cin, S * Cout]``.
+
+    Grouped layout for ``feature_group_count = S``: group ``s`` reads input channels
+    ``(d, i)`` (``d``-major) and writes outputs ``s * Cout + o``.
+    """
+    _check_basis(basis, weight.shape[-1], "expand_scale_kernel")
+    S, _, k, _ = basis.shape
+    cin, cout, D = weight.shape[:3]
+    kern = jnp.einsum("iodf,sfhw->hwdiso", weight, basis.astype(weight.dtype))
+    return kern.reshape(k, k, D * cin, S * cout)
+
+
+def stack_scale_neighbours(x, scale_size: int):
+    """``[B, H, W, S, C] -> [B, H, W, S * scale_size * C]``: for each output scale ``s`` the input
+    scales ``s, ..., s + scale_size - 1`` (zeros past the largest), channel ``(s, d, c)``."""
+    B, H, W, S, C = x.shape
+    if scale_size == 1:
+        return x.reshape(B, H, W, S * C)
+    xp = jnp.pad(x, ((0, 0),) * 3 + ((0, scale_size - 1), (0, 0)))
+    idx = jnp.arange(S)[:, None] + jnp.arange(scale_size)[None, :]  # [S, D]
+    return xp[:, :, :, idx, :].reshape(B, H, W, S * scale_size * C)
+
+
+def scale_conv(x, weight, basis, stride: int = 1):
+    """Scale-to-scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, Cout]``.
+
+    Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` with the filter expanded at
+    scale ``s``; implemented as one grouped :func:`conv2d` (``feature_group_count=S``) over the
+    stacked neighbouring scale slices.
+
+    Args:
+      x: ``[B, H, W, S, Cin]``.
+      weight: ``[Cin, Cout, scale_size, F]``.
+      basis: ``[S, F, k, k]`` with the same ``S`` as ``x``.
+      stride: 1 or 2.
+    """
+    if x.ndim != 5 or weight.ndim != 4 or x.shape[-1] != weight.shape[0]:
+        raise ValueError(
+            f"scale_conv: x {x.shape} and weight {weight.shape} are incompatible: expected "
+            "x [B, H, W, S, Cin] and weight [Cin, Cout, scale_size, F]"
+        )
+    S = basis.shape[0]
+    if x.shape[3] != S:
+        raise ValueError(f"scale_conv: x has {x.shape[3]} scales but the basis has {S}")
+    D = weight.shape[2]
+    if D < 1:
+        raise ValueError(f"scale_conv: scale_size={D} is invalid: it must be >= 1")
+    y = conv2d(stack_scale_neighbours(x, D), expand_scale_kernel(weight, basis), stride, S)
+    return y.reshape(y.shape[:3] + (S, weight.shape[1]))
+
+
+def scale_max_projection(x):
+    """``[B, H, W, S, C] -> [B, H, W, C]``: maximum over the scale axis (invariant to its shift)."""
+    if x.ndim != 5:
+        raise ValueError(f"scale_max_projection: x shape {x.shape} is invalid: expected 5D")
+    return jnp.max(x, axis=3)
+
+
+def scale_batch_stats(x):
+    """Per-channel mean and (biased) variance over batch, space and scales of ``[B, H, W, S, C]``.
+
+    Sharing the statistics of a channel across its scales keeps batch norm scale-equivariant: the
+    normalisation is the same affine map at every scale, so it commutes with the scale shift.
+    """
+    mean = jnp.mean(x, axis=(0, 1, 2, 3))
+    var = jnp.mean(jnp.square(x - mean), axis=(0, 1, 2, 3))
+    return mean, var
+
+
+def scale_batch_norm(x, mean, var, gamma, beta, epsilon: float = 1e-5):
+    """``gamma * (x - mean) / sqrt(var + epsilon) + beta`` per channel (shapes ``[C]``)."""
+    inv = gamma * jnp.reciprocal(jnp.sqrt(var + epsilon))
+    return (x - mean) * inv + beta
