@@ -7,6 +7,10 @@ running epoch sums, best validation error, elapsed time and the config). Orbax w
 to a temporary directory and renames it when complete, so a process killed while saving leaves
 no half checkpoint under a step name (only a temporary directory that the next writer removes).
 
+Integrity: after each save, ``WORKDIR/checkpoint_manifests/<step>.json`` records the size and
+SHA-256 of every file of the step; a step whose files no longer match is unreadable, found
+before orbax reads anything.
+
 Reading never modifies anything: :func:`restore_latest` tries the newest step first and, when a
 step cannot be read, warns and falls back to the previous one; if checkpoints exist and none can
 be read it raises :class:`CheckpointError` naming each step and why. Only :class:`Writer`, which
@@ -17,6 +21,8 @@ is opened after every check has passed, moves an unreadable step out of the way 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging as std_logging
 import os
 import shutil
@@ -39,6 +45,7 @@ class _QuietReadOnly(std_logging.Filter):
 logging.get_absl_logger().addFilter(_QuietReadOnly())
 
 CORRUPT_SUBDIR = "corrupt_checkpoints"
+MANIFEST_SUBDIR = "checkpoint_manifests"
 
 
 class CheckpointError(ValueError):
@@ -58,7 +65,7 @@ def _manager(directory: str, *, read_only: bool, keep: int | None = None):
         # could change (or a kill could interrupt) anything.
         enable_async_checkpointing=False,
         cleanup_tmp_directories=not read_only,
-        save_interval_steps=1,
+        save_interval_steps=0 if read_only else 1,
     )
     return ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
 
@@ -70,9 +77,54 @@ def list_steps(workdir: str) -> list[int]:
         return []
     mngr = _manager(directory, read_only=True)
     try:
-        return sorted(mngr.all_steps(read=True))
+        mngr.reload()
+        return sorted(mngr.all_steps())
     finally:
         mngr.close()
+
+
+def _manifest_path(workdir: str, step: int) -> str:
+    return os.path.join(os.path.abspath(workdir), MANIFEST_SUBDIR, f"{step}.json")
+
+
+def _file_digests(step_dir: str) -> dict[str, list]:
+    """``{relative path: [size, sha256]}`` of every file of a checkpoint step."""
+    out = {}
+    for root, _, files in os.walk(step_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            out[os.path.relpath(path, step_dir)] = [os.path.getsize(path), digest.hexdigest()]
+    return out
+
+
+def verify_manifest(workdir: str, step: int) -> str | None:
+    """None if the step's files match the manifest written when it was saved (or if there is no
+    manifest: a run killed between saving and writing it); else what differs.
+
+    Checking before orbax reads anything catches damaged files early and cheaply (orbax itself
+    would notice most damage only deep inside tensorstore, and not a flipped bit in a value).
+    """
+    path = _manifest_path(workdir, step)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            want = json.load(f)
+    except (OSError, ValueError) as e:
+        return f"its manifest {path} is unreadable ({_short(e)})"
+    have = _file_digests(os.path.join(checkpoint_dir(workdir), str(step)))
+    for rel, (size, sha) in sorted(want.items()):
+        if rel not in have:
+            return f"file {rel} is missing"
+        if have[rel][0] != size:
+            return f"file {rel} has {have[rel][0]} bytes, {size} when saved"
+        if have[rel][1] != sha:
+            return f"file {rel} differs from when it was saved (sha256)"
+    return None
 
 
 def _short(e: BaseException) -> str:
@@ -111,21 +163,25 @@ def restore_latest(workdir: str, target: Any = None) -> Restored | None:
                 state=state_args or ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
             )
             try:
+                damage = verify_manifest(workdir, step)
+                if damage is not None:
+                    raise CheckpointError(damage)
                 out = mngr.restore(step, args=args)
                 meta = dict(out.meta)
                 if int(meta.get("step", -1)) != step:
                     raise ValueError(f"meta step {meta.get('step')!r} != directory step {step}")
                 restored = Restored(step, out.state, meta, skipped)
             except Exception as e:  # noqa: BLE001 (any failure makes the step unusable)
-                reason = _short(e)
-                skipped.append((step, reason))
+                skipped.append((step, _short(e)))
+                continue
+            for bad, reason in skipped:
                 logging.warning(
-                    "checkpoint step %d in %s is unreadable (%s); trying the previous one",
-                    step,
+                    "checkpoint step %d in %s is unreadable (%s): skipped in favour of step %d",
+                    bad,
                     directory,
                     reason,
+                    step,
                 )
-                continue
             return restored
     finally:
         mngr.close()
@@ -183,6 +239,8 @@ class Writer:
     """
 
     def __init__(self, workdir: str, keep: int, set_aside=(), primary: bool = True):
+        self.workdir = os.path.abspath(workdir)
+        self.primary = primary
         self.directory = checkpoint_dir(workdir)
         if primary:
             for step, reason in set_aside:
@@ -193,6 +251,9 @@ class Writer:
                 os.makedirs(dst_dir, exist_ok=True)
                 dst = os.path.join(dst_dir, f"{step}-{int(time.time())}")
                 shutil.move(src, dst)
+                manifest = _manifest_path(workdir, step)
+                if os.path.exists(manifest):
+                    shutil.move(manifest, dst + ".manifest.json")
                 logging.warning("moved unreadable checkpoint step %d (%s) to %s", step, reason, dst)
         self._mngr = _manager(self.directory, read_only=False, keep=keep)
         self.last_saved: int | None = self._mngr.latest_step()
@@ -205,6 +266,22 @@ class Writer:
         self._mngr.save(step, args=args, force=True)
         self._mngr.wait_until_finished()
         self.last_saved = step
+        if self.primary:
+            self._write_manifest(step)
+
+    def _write_manifest(self, step: int) -> None:
+        """Digests of the step just saved (atomically), and none for steps orbax removed."""
+        directory = os.path.dirname(_manifest_path(self.workdir, step))
+        os.makedirs(directory, exist_ok=True)
+        digests = _file_digests(os.path.join(self.directory, str(step)))
+        tmp = _manifest_path(self.workdir, step) + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(digests, f)
+        os.replace(tmp, _manifest_path(self.workdir, step))
+        kept = {f"{s}.json" for s in self._mngr.all_steps()}
+        for name in os.listdir(directory):
+            if name.endswith(".json") and name not in kept:
+                os.remove(os.path.join(directory, name))
 
     def close(self) -> None:
         self._mngr.wait_until_finished()

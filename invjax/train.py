@@ -446,7 +446,7 @@ def _flat_config(config) -> dict:
         if hasattr(config, "to_json_best_effort")
         else config
     )
-    return {_path(k): v for k, v in traverse_util.flatten_dict(d).items()}
+    return {".".join(map(str, k)): v for k, v in traverse_util.flatten_dict(d).items()}
 
 
 def check_resume_config(stored: dict | None, config, workdir: str) -> None:
@@ -528,10 +528,20 @@ def prepare(config, workdir: str) -> Experiment:
             "classes: leave model.num_classes unset (None) or set it to the dataset's"
         )
     model = models.build(config.model)
-    rng = jax.random.PRNGKey(0)
-    variables = jax.eval_shape(functools.partial(init_variables, model, ds.image_shape), rng)
     x = jax.ShapeDtypeStruct((2, *ds.image_shape), jnp.float32)
-    logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
+    try:  # abstractly: shapes only, no compute
+        variables = jax.eval_shape(
+            functools.partial(init_variables, model, ds.image_shape), jax.random.PRNGKey(0)
+        )
+        logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
+    except ValueError:
+        raise  # the model's own message about its config or input
+    except Exception as e:  # noqa: BLE001 (shape errors surface as TypeError etc. deep in JAX)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(
+            f"model {config.model.name!r} cannot take images of shape {x.shape} (dataset "
+            f"{ds.name!r}, [N, H, W, C]): {type(e).__name__}: {first}"
+        ) from e
     if tuple(logits.shape) != (2, ds.num_classes):
         raise ValueError(
             f"model {config.model.name!r} maps images {(2, *ds.image_shape)} to logits of shape "
@@ -582,199 +592,226 @@ def prepare(config, workdir: str) -> Experiment:
     )
 
 
-def run(exp: Experiment) -> dict:
-    """Train (resuming where the checkpoints say), evaluate, write results; returns them."""
-    config, tc, ds, mesh = exp.config, exp.config.train, exp.dataset, exp.mesh
-    primary = jax.process_index() == 0
-    os.makedirs(exp.workdir, exist_ok=True)
-    if primary:
-        with open(os.path.join(exp.workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2) + "\n")
-    rep = parallel.replicated(mesh)
-    n_train, bsz, spe = len(ds.train), tc.batch_size, exp.steps_per_epoch
-    hook_images = data_lib.to_float(ds.train.images[: min(bsz, n_train)], ds.mean, ds.std)
-    ctx = HookContext(model=exp.model, images=hook_images, mesh=mesh)
-    hooks = epoch_end_hooks(exp.model)
+def _fresh_meta() -> dict:
+    return {
+        "epoch_sums": [0.0, 0.0, 0],
+        "best_val_error": None,
+        "best_epoch": None,
+        "wall_time_s": 0.0,
+    }
 
-    def run_hooks(state, epochs_done):
-        for hook in hooks:
-            state = hook(state, epochs_done, ctx)
-        return parallel.replicate(state, mesh) if hooks else state
 
-    if exp.restored is not None:
-        state, meta = exp.restored.state, exp.restored.meta
-    else:
-        make = functools.partial(
-            create_state,
-            exp.model,
-            exp.tx,
-            ds.image_shape,
-            config.seed,
-            bool(tc.select_best),
-            exp.sources,
+class _Loop:
+    """The training loop of one :class:`Experiment`; :func:`run` is its entry point.
+
+    ``meta`` (checkpointed as JSON with each step) carries what is not an array: the running
+    sums of the current epoch (so a resumed epoch reports the same train loss), the best
+    validation error and epoch, and the wall time spent so far.
+    """
+
+    def __init__(self, exp: Experiment):
+        self.exp, self.tc, self.ds, self.mesh = exp, exp.config.train, exp.dataset, exp.mesh
+        self.primary = jax.process_index() == 0
+        self.spe, self.bsz = exp.steps_per_epoch, self.tc.batch_size
+        images = self.ds.train.images[: min(self.bsz, len(self.ds.train))]
+        self.ctx = HookContext(
+            exp.model, data_lib.to_float(images, self.ds.mean, self.ds.std), self.mesh
         )
-        state = run_hooks(jax.jit(make, out_shardings=rep)(), 0)
-        meta = {
-            "epoch_sums": [0.0, 0.0, 0],
-            "best_val_error": None,
-            "best_epoch": None,
-            "wall_time_s": 0.0,
-        }
-    writer = checkpoint.Writer(
-        exp.workdir,
-        tc.keep_checkpoints,
-        exp.restored.skipped if exp.restored else (),
-        primary=primary,
-    )
-    step = int(jax.device_get(state.step))
-    reporter = Reporter(
-        exp.workdir,
-        start_step=step,
-        total_steps=exp.num_steps,
-        steps_per_epoch=spe,
-        log_every_steps=tc.log_every_steps or spe,
-        enabled=primary,
-    )
-    train_step = parallel.jit_train_step(
-        make_train_step(exp.model, exp.tx, ds.augment, ds.mean, ds.std), mesh
-    )
-    eval_step = parallel.jit_eval_step(make_eval_step(exp.model, ds.mean, ds.std), mesh)
-    if exp.restored is not None:
-        reporter.message(f"resuming from the checkpoint of step {step} in {writer.directory}")
-    sums = list(meta["epoch_sums"])
-    t_start, elapsed0, step0 = time.perf_counter(), float(meta["wall_time_s"]), step
+        self.hooks = epoch_end_hooks(exp.model)
+        if exp.restored is not None:
+            self.state, self.meta = exp.restored.state, exp.restored.meta
+        else:
+            make = functools.partial(
+                create_state,
+                exp.model,
+                exp.tx,
+                self.ds.image_shape,
+                exp.config.seed,
+                bool(self.tc.select_best),
+                exp.sources,
+            )
+            state = jax.jit(make, out_shardings=parallel.replicated(self.mesh))()
+            self.state, self.meta = self.run_hooks(state, 0), _fresh_meta()
+        self.step = self.step0 = int(jax.device_get(self.state.step))
+        self.sums = list(self.meta["epoch_sums"])
+        self.writer = checkpoint.Writer(
+            exp.workdir,
+            self.tc.keep_checkpoints,
+            exp.restored.skipped if exp.restored else (),
+            primary=self.primary,
+        )
+        self.reporter = Reporter(
+            exp.workdir,
+            start_step=self.step,
+            total_steps=exp.num_steps,
+            steps_per_epoch=self.spe,
+            log_every_steps=self.tc.log_every_steps or self.spe,
+            enabled=self.primary,
+        )
+        self.train_step = parallel.jit_train_step(
+            make_train_step(exp.model, exp.tx, self.ds.augment, self.ds.mean, self.ds.std),
+            self.mesh,
+        )
+        self.eval_step = parallel.jit_eval_step(
+            make_eval_step(exp.model, self.ds.mean, self.ds.std), self.mesh
+        )
+        self.t_start = time.perf_counter()
+        self.elapsed0 = float(self.meta["wall_time_s"])
 
-    def consume(pending):
-        s, m = pending
-        m = jax.device_get(m)
+    def run_hooks(self, state, epochs_done: int):
+        for hook in self.hooks:
+            state = hook(state, epochs_done, self.ctx)
+        return parallel.replicate(state, self.mesh) if self.hooks else state
+
+    def consume(self, step: int, metrics) -> None:
+        """Fetch one step's metrics; stop on a NaN/Inf loss before anything saves that state."""
+        m = jax.device_get(metrics)
         loss, errors = float(m["loss"]), int(m["errors"])
         if not math.isfinite(loss):
-            kept = writer.last_saved
+            kept = self.writer.last_saved
             raise NonFiniteLossError(
-                f"training loss is {loss} at step {s} (epoch {(s - 1) // spe + 1}): stopped. "
+                f"training loss is {loss} at step {step} (epoch {(step - 1) // self.spe + 1}): "
+                "stopped. "
                 + (
-                    f"The last good checkpoint (step {kept}) is kept in {writer.directory}."
+                    f"The last good checkpoint (step {kept}) is kept in {self.writer.directory}."
                     if kept is not None
                     else "No checkpoint had been saved yet."
                 )
                 + " Lower train.learning_rate or check the data."
             )
-        sums[0] += loss * bsz
-        sums[1] += errors
-        sums[2] += bsz
-        reporter.step_done(s, loss, errors, bsz)
+        self.sums[0] += loss * self.bsz
+        self.sums[1] += errors
+        self.sums[2] += self.bsz
+        self.reporter.step_done(step, loss, errors, self.bsz)
 
-    def save(state):
-        meta.update(
-            epoch_sums=list(sums),
-            wall_time_s=elapsed0 + time.perf_counter() - t_start,
-            epoch=step // spe,
-            config=json.loads(config.to_json_best_effort()),
-        )
-        writer.save(step, state, meta)
+    def record(self, split: str, loss: float, error: float, **extra) -> None:
+        rec = {
+            "step": self.step,
+            "epoch": self.step // self.spe,
+            "split": split,
+            "loss": loss,
+            "error": error,
+        }
+        self.reporter.record({**rec, **extra})
 
-    try:
-        pending = None
-        while step < exp.num_steps:
-            epoch, index = divmod(step, spe)
-            idx = batch_indices(n_train, bsz, config.seed, epoch, index)
-            state, metrics = train_step(
-                state,
-                parallel.shard_batch(ds.train.images[idx], mesh),
-                parallel.shard_batch(ds.train.labels[idx], mesh),
+    def evaluate(self, variables, split) -> tuple[float, float]:
+        return evaluate(self.eval_step, variables, split, self.tc.eval_batch_size, self.mesh)
+
+    def epoch_end(self) -> None:
+        """Hooks, the epoch's train record, validation and best-model selection."""
+        done = self.step // self.spe
+        self.state = self.run_hooks(self.state, done)
+        s = self.sums
+        self.record("train", s[0] / max(s[2], 1), 100.0 * s[1] / max(s[2], 1))
+        self.sums = [0.0, 0.0, 0]
+        last = self.step == self.exp.num_steps
+        if not len(self.ds.val) or (done % self.tc.eval_every_epochs and not last):
+            return
+        loss, err = self.evaluate(self.state.variables(), self.ds.val)
+        self.record("val", loss, err)
+        best = self.meta["best_val_error"]
+        if self.tc.select_best and (best is None or err < best):
+            self.meta.update(best_val_error=err, best_epoch=done)
+            st = self.state
+            self.state = st.replace(
+                best={"params": st.params, "batch_stats": st.batch_stats, "extra": st.extra}
             )
-            step += 1
-            if pending is not None:  # one step behind: the device runs ahead of this check
-                consume(pending)
-            pending = (step, metrics)
-            epoch_end = step % spe == 0
-            if not (
-                epoch_end or (tc.checkpoint_every_steps and step % tc.checkpoint_every_steps == 0)
-            ):
-                continue
-            consume(pending)
-            pending = None
-            if epoch_end:
-                done = step // spe
-                state = run_hooks(state, done)
-                reporter.record(
-                    {
-                        "step": step,
-                        "epoch": done,
-                        "split": "train",
-                        "loss": sums[0] / max(sums[2], 1),
-                        "error": 100.0 * sums[1] / max(sums[2], 1),
-                    }
-                )
-                sums[:] = [0.0, 0.0, 0]
-                if len(ds.val) and (done % tc.eval_every_epochs == 0 or step == exp.num_steps):
-                    loss, err = evaluate(
-                        eval_step, state.variables(), ds.val, tc.eval_batch_size, mesh
-                    )
-                    reporter.record(
-                        {"step": step, "epoch": done, "split": "val", "loss": loss, "error": err}
-                    )
-                    best = meta["best_val_error"]
-                    if tc.select_best and (best is None or err < best):
-                        meta.update(best_val_error=err, best_epoch=done)
-                        state = state.replace(
-                            best={
-                                "params": state.params,
-                                "batch_stats": state.batch_stats,
-                                "extra": state.extra,
-                            }
-                        )
-            save(state)
 
-        final = best_variables(state.best) if tc.select_best else state.variables()
-        epochs = step // spe
-        val_loss, val_err = evaluate(eval_step, final, ds.val, tc.eval_batch_size, mesh)
-        test_loss, test_err = evaluate(eval_step, final, ds.test, tc.eval_batch_size, mesh)
+    def save(self) -> None:
+        self.meta.update(
+            epoch_sums=list(self.sums),
+            wall_time_s=self.elapsed0 + time.perf_counter() - self.t_start,
+            epoch=self.step // self.spe,
+            config=json.loads(self.exp.config.to_json_best_effort()),
+        )
+        self.writer.save(self.step, self.state, self.meta)
+
+    def train(self) -> None:
+        tc, ds, n = self.tc, self.ds, len(self.ds.train)
+        if self.exp.restored is not None:
+            self.reporter.message(
+                f"resuming from the checkpoint of step {self.step} in {self.writer.directory}"
+            )
+        pending = None
+        while self.step < self.exp.num_steps:
+            idx = batch_indices(n, self.bsz, self.exp.config.seed, *divmod(self.step, self.spe))
+            self.state, metrics = self.train_step(
+                self.state,
+                parallel.shard_batch(ds.train.images[idx], self.mesh),
+                parallel.shard_batch(ds.train.labels[idx], self.mesh),
+            )
+            self.step += 1
+            if pending is not None:  # one step behind, so the device runs ahead of this check
+                self.consume(*pending)
+            pending = (self.step, metrics)
+            epoch_end = self.step % self.spe == 0
+            every = tc.checkpoint_every_steps
+            if epoch_end or (every and self.step % every == 0):
+                self.consume(*pending)
+                pending = None
+                if epoch_end:
+                    self.epoch_end()
+                self.save()
+
+    def finish(self) -> dict:
+        """Evaluate the reported model (best validation epoch or last) on val and test."""
+        exp, ds, tc = self.exp, self.ds, self.tc
+        final = best_variables(self.state.best) if tc.select_best else self.state.variables()
+        val_loss, val_err = self.evaluate(final, ds.val)
+        test_loss, test_err = self.evaluate(final, ds.test)
         for split, loss, err in (("val", val_loss, val_err), ("test", test_loss, test_err)):
             if math.isfinite(loss):
-                reporter.record(
-                    {
-                        "step": step,
-                        "epoch": epochs,
-                        "split": split,
-                        "loss": loss,
-                        "error": err,
-                        "final": True,
-                    }
-                )
-        wall = elapsed0 + time.perf_counter() - t_start
-        trained = (step - step0) * bsz
+                self.record(split, loss, err, final=True)
+        finite = lambda v: v if math.isfinite(v) else None
+        now = time.perf_counter()
         results = {
             "test_error": test_err,
             "test_loss": test_loss,
-            "val_error": val_err if math.isfinite(val_err) else None,
-            "val_loss": val_loss if math.isfinite(val_loss) else None,
+            "val_error": finite(val_err),
+            "val_loss": finite(val_loss),
             "params": exp.num_params,
             "trainable_params": exp.num_trainable,
-            "n_train": n_train,
+            "n_train": len(ds.train),
             "n_val": len(ds.val),
             "n_test": len(ds.test),
-            "seed": config.seed,
+            "seed": exp.config.seed,
             "dataset": ds.name,
-            "model": config.model.name,
-            "epochs": epochs,
-            "steps": step,
-            "batch_size": bsz,
-            "selected_epoch": meta["best_epoch"] if tc.select_best else epochs,
-            "wall_time_s": wall,
-            "images_per_s": trained / max(time.perf_counter() - t_start, 1e-9),
-            "devices": int(mesh.devices.size),
+            "model": exp.config.model.name,
+            "epochs": self.step // self.spe,
+            "steps": self.step,
+            "batch_size": self.bsz,
+            "selected_epoch": self.meta["best_epoch"] if tc.select_best else self.step // self.spe,
+            # All segments of a resumed run (up to their last checkpoint) plus this one.
+            "wall_time_s": self.elapsed0 + now - self.t_start,
+            # Training images per second of this process, compilation and evaluation included.
+            "images_per_s": (self.step - self.step0) * self.bsz / max(now - self.t_start, 1e-9),
+            "devices": int(self.mesh.devices.size),
             "device_kind": jax.devices()[0].device_kind,
         }
-        if primary:
-            tmp = os.path.join(exp.workdir, "results.json.tmp")
-            with open(tmp, "w") as f:
+        if self.primary:
+            path = os.path.join(exp.workdir, "results.json")
+            with open(path + ".tmp", "w") as f:
                 json.dump(results, f, indent=2)
-            os.replace(tmp, os.path.join(exp.workdir, "results.json"))
+            os.replace(path + ".tmp", path)
         return results
+
+    def close(self) -> None:
+        self.reporter.close()
+        self.writer.close()
+
+
+def run(exp: Experiment) -> dict:
+    """Train (resuming where the checkpoints say), evaluate, write results; returns them."""
+    os.makedirs(exp.workdir, exist_ok=True)
+    if jax.process_index() == 0:
+        with open(os.path.join(exp.workdir, "config.json"), "w") as f:
+            f.write(exp.config.to_json_best_effort(indent=2) + "\n")
+    loop = _Loop(exp)
+    try:
+        loop.train()
+        return loop.finish()
     finally:
-        reporter.close()
-        writer.close()
+        loop.close()
 
 
 def train_and_evaluate(config, workdir: str) -> dict:

@@ -1,0 +1,197 @@
+"""The command line (contract 1 and 4) in real subprocesses: outputs, SIGKILL + resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from invjax import checkpoint
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+# digits, 100 training images, batch 32: 4 steps per epoch, 10 epochs; checkpoints every 3
+# steps and at epoch ends.
+TINY = [
+    "--config=configs/digits_cnn.py",
+    "--config.data.name=digits",
+    "--config.data.n_train=100",
+    "--config.model.width=4",
+    "--config.train.batch_size=32",
+    "--config.train.eval_batch_size=200",
+    "--config.train.num_epochs=10",
+    "--config.train.lr_boundaries=(6,)",
+    "--config.train.checkpoint_every_steps=3",
+    "--config.train.log_every_steps=5",
+]
+
+
+def command(workdir, *extra):
+    return [sys.executable, "-m", "invjax.main", *TINY, f"--workdir={workdir}", *extra]
+
+
+def run_main(workdir, *extra, timeout=300):
+    return subprocess.run(
+        command(workdir, *extra), cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def snapshot(workdir):
+    out = {}
+    for root, _, files in os.walk(workdir):
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, workdir)] = fh.read()
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("reference"))
+    proc = run_main(workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return workdir, proc
+
+
+def test_main_writes_metrics_results_and_last_line(reference):
+    workdir, proc = reference
+    last = proc.stdout.strip().splitlines()[-1]
+    results = json.load(open(os.path.join(workdir, "results.json")))
+    assert last == f"test_error={results['test_error']:.2f}%"
+    for key in ("test_error", "val_error", "params", "n_train", "seed", "wall_time_s"):
+        assert key in results
+    assert results["n_train"] == 100 and results["seed"] == 0 and results["steps"] == 40
+    assert results["params"] > 0 and results["wall_time_s"] > 0
+    records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    for rec in records:
+        assert {"step", "epoch", "split", "loss", "error"} <= set(rec)
+        assert 0.0 <= rec["error"] <= 100.0
+    val = [r for r in records if r["split"] == "val" and not r.get("final")]
+    assert [r["epoch"] for r in val] == list(range(1, 11))
+    test = [r for r in records if r["split"] == "test"]
+    assert len(test) == 1 and test[0]["error"] == pytest.approx(results["test_error"])
+    # select_best (digits_cnn): the reported model is the best validation epoch.
+    assert results["val_error"] == pytest.approx(min(r["error"] for r in val))
+    assert os.listdir(os.path.join(workdir, "tensorboard"))
+    # Plain log lines (not a terminal): train progress with images/s.
+    assert "images/s" in proc.stdout
+
+
+def test_sigkill_at_random_point_then_resume_is_bit_identical(reference, tmp_path):
+    ref_dir, _ = reference
+    workdir = str(tmp_path / "killed")
+    delay = random.Random().uniform(0.0, 2.0)
+    proc = subprocess.Popen(
+        command(workdir), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    ckpt_dir = checkpoint.checkpoint_dir(workdir)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir)):
+            break
+        time.sleep(0.02)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # The kill must land mid-run for the test to mean anything.
+    assert proc.returncode == -signal.SIGKILL, f"run ended before the kill (delay {delay:.2f}s)"
+    steps_at_kill = checkpoint.list_steps(workdir)
+    resumed = run_main(workdir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from the checkpoint of step {steps_at_kill[-1]}" in resumed.stdout
+    a, b = checkpoint.restore_latest(ref_dir), checkpoint.restore_latest(workdir)
+    assert a.step == b.step == 40
+    la, lb = jax.tree.leaves(a.state), jax.tree.leaves(b.state)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):  # params, batch_stats, optimiser state, best copy, rng, step
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"delay {delay:.2f}s"
+    ra = json.load(open(os.path.join(ref_dir, "results.json")))
+    rb = json.load(open(os.path.join(workdir, "results.json")))
+    assert ra["test_error"] == rb["test_error"] and ra["val_error"] == rb["val_error"]
+    # metrics.jsonl reads as if the run had never stopped.
+    ma = open(os.path.join(ref_dir, "metrics.jsonl")).read()
+    mb = open(os.path.join(workdir, "metrics.jsonl")).read()
+    assert ma == mb
+
+
+def test_unknown_config_key_is_one_clear_message(tmp_path):
+    proc = run_main(str(tmp_path / "w"), "--config.train.learning_rat=0.1", timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("invjax: error: unknown config key train.learning_rat in ")
+    assert "'learning_rate'" in lines[-1] and "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "w")
+
+
+def test_bad_n_train_is_one_clear_message(tmp_path):
+    proc = run_main(str(tmp_path / "w"), "--config.data.n_train=95", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "invjax: error: n_train=95 cannot be split evenly over the 10 classes: use a multiple "
+        "of 10 (e.g. 90 or 100), or 0 for the whole training set"
+    )
+    assert not os.path.exists(tmp_path / "w")
+
+
+def test_unreadable_checkpoint_stops_without_touching_it(reference, tmp_path):
+    ref_dir, _ = reference
+    workdir = str(tmp_path / "w")
+    shutil.copytree(ref_dir, workdir)
+    for step in checkpoint.list_steps(workdir):  # damage every array file of every step
+        for root, _, files in os.walk(os.path.join(checkpoint.checkpoint_dir(workdir), str(step))):
+            if os.path.basename(root) == "d":
+                for f in files:
+                    open(os.path.join(root, f), "wb").write(b"garbage")
+    before = snapshot(workdir)
+    proc = run_main(workdir)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert (
+        last.startswith("invjax: error: no readable checkpoint in ")
+        and "Nothing was changed" in last
+    )
+    assert "Traceback" not in proc.stderr
+    assert snapshot(workdir) == before
+
+
+def test_reporter_progress_bar_and_plain_lines(tmp_path, capsys):
+    from invjax.logging_utils import Reporter
+
+    for interactive in (True, False):
+        workdir = tmp_path / str(interactive)
+        workdir.mkdir()
+        rep = Reporter(
+            str(workdir),
+            start_step=0,
+            total_steps=4,
+            steps_per_epoch=2,
+            log_every_steps=2,
+            interactive=interactive,
+        )
+        for s in range(1, 5):
+            rep.step_done(s, loss=1.0 / s, errors=3, n=8)
+        rep.record({"step": 4, "epoch": 2, "split": "val", "loss": 0.5, "error": 12.5})
+        rep.close()
+        out = capsys.readouterr()
+        if interactive:  # a tqdm bar on stderr with loss, error and images/s
+            assert "4/4" in out.err and "loss=" in out.err and "img_s=" in out.err
+            assert "epoch 2 step 4 val: loss 0.5000 error 12.50%" in out.err
+        else:  # plain lines on stdout every log_every_steps
+            lines = out.out.strip().splitlines()
+            assert lines[0].startswith("step 2/4 (epoch 1.00): loss 0.7500 error 37.50% ")
+            assert lines[0].endswith(" images/s")
+            assert lines[-1] == "epoch 2 step 4 val: loss 0.5000 error 12.50%"
+        recs = [json.loads(x) for x in open(workdir / "metrics.jsonl")]
+        assert recs == [{"step": 4, "epoch": 2, "split": "val", "loss": 0.5, "error": 12.5}]
