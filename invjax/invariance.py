@@ -225,10 +225,14 @@ def table1_per_sample(
     seed: int = TABLE1_SEED,
     columns: Sequence[str] = TABLE1_COLUMNS,
     widths: Sequence[int] = (32, 63, 95),
-    batch_size: int = 50,
+    batch_size: int = 4,
     images=None,
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Table 1 before averaging: ``{row: {column: [N] per-sample Delta}}`` (module docstring)."""
+    """Table 1 before averaging: ``{row: {column: [N] per-sample Delta}}`` (module docstring).
+
+    ``batch_size`` samples go through the backbone together with their 11 scaled copies; XLA's
+    CPU convolutions with the 15 x 15 kernels need about 1 GB per image in a call, hence 4.
+    """
     columns = [c for c in TABLE1_COLUMNS if c.lower() in {x.lower() for x in columns}]
     if not columns:
         raise ValueError(f"columns must name some of {list(TABLE1_COLUMNS)}")
@@ -338,8 +342,16 @@ def model_invariance(
                 f"images have shape {images.shape}: {name} models take [N, {image_shape[0]}, "
                 f"{image_shape[1]}, {image_shape[2]}] float32 in [0, 1]"
             )
-    model = models.build(config.model)
     ds = datasets.load(data_cfg)
+    model_cfg = (
+        config.model.copy_and_resolve_references()
+        if hasattr(config.model, "unlocked")
+        else config.model
+    )
+    if model_cfg.get("num_classes") is None:  # as the trainer: None means the dataset's
+        with model_cfg.unlocked():
+            model_cfg.num_classes = ds.num_classes
+    model = models.build(model_cfg)
     mean, std = ds.mean, ds.std
     if images is None:
         test = ds.test.images[:n_samples]
@@ -361,7 +373,7 @@ def model_invariance(
     return {
         "invariance_error": out,
         "n_images": len(images),
-        "model": str(config.model.get("name") if hasattr(config.model, "get") else ""),
+        "model": str(model_cfg.get("name")),
         "variables": "checkpoint" if workdir else "initialised",
     }
 
