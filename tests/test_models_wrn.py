@@ -206,6 +206,7 @@ def test_train_mode_updates_stats_and_uses_dropout(photo_batch):
         (dict(head="max"), "head"),
         (dict(first_stride=3), "first_stride"),
         (dict(width_divisor=0.5), "width_divisor"),
+        (dict(relift=(True,)), "relift"),
     ],
 )
 def test_bad_configurations_fail_before_compute(kwargs, match):

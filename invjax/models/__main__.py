@@ -84,9 +84,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     shape = _parse_shape(args.input_shape) if args.input_shape else None
     if args.config:
-        path = args.config.split(":")[0]
-        cfg = runpy.run_path(path)["get_config"]()
+        path, _, arg = args.config.partition(":")
+        get_config = runpy.run_path(path)["get_config"]
+        cfg = get_config(arg) if arg else get_config()
         model_cfg = cfg.model if "model" in cfg else cfg
+        if "num_classes" in model_cfg and model_cfg.num_classes is None:
+            # None means "the dataset's" to the trainer; every dataset here has 10 classes.
+            model_cfg = model_cfg.copy_and_resolve_references()
+            model_cfg.num_classes = 10
         data = cfg.get("data", {}).get("name", "") if "data" in cfg else ""
         s = shape or input_shape_for(str(data))
         total, parts = summarise(model_cfg, s, title=f"{path} (input {s})")

@@ -335,6 +335,11 @@ class WideResNet(nn.Module):
             self.dropout,
             self.width_divisor,
         )
+        if len(self.relift) != 3:
+            raise ValueError(
+                f"WRN relift={self.relift!r} is invalid: give one flag per stage, e.g. "
+                "(False, True, True)"
+            )
         super().__post_init__()
 
     @property
