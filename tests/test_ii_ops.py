@@ -190,7 +190,7 @@ def test_gradients_are_finite(digit_batch):
         "mixed": lambda x, k: ii.mixed_pool(x).sum(),
     }
     for name, fn in fns.items():
-        gx, gk = jax.grad(fn, argnums=(0, 1))(x, k)
+        gx, gk = jax.jit(jax.grad(fn, argnums=(0, 1)))(x, k)
         assert np.isfinite(np.asarray(gx)).all() and np.isfinite(np.asarray(gk)).all(), name
         assert np.abs(np.asarray(gx)).max() > 0, name
 
