@@ -1,10 +1,10 @@
-"""Shared defaults of every invjax experiment; the variants import it and change what differs.
+"""python -m invjax.main --config=configs/base.py --workdir=runs/base
 
-python -m invjax.main --config=configs/base.py --workdir=runs/base
+Shared defaults of every invjax experiment; the variants import it and change what differs.
 
 Run by itself it trains the tiny plain CNN on the offline "scaled digits" data (SGD, 30 epochs).
-Every key below is documented in the README's config table; a key that is not here cannot be
-set from the command line (``--config.train.foo=1`` is rejected with the list of valid keys).
+Every key is commented below; a key that is not here cannot be set from the command line
+(``--config.train.foo=1`` is rejected with the list of valid keys).
 """
 
 from __future__ import annotations

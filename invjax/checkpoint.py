@@ -142,13 +142,44 @@ class Restored:
     skipped: list[tuple[int, str]]
 
 
+def _restore(mngr, workdir: str, step: int, target: Any) -> Restored:
+    """One step, checked against its manifest first; raises on any damage or mismatch."""
+    damage = verify_manifest(workdir, step)
+    if damage is not None:
+        raise CheckpointError(damage)
+    state_args = ocp.args.StandardRestore(target) if target is not None else None
+    args = ocp.args.Composite(
+        state=state_args or ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
+    )
+    out = mngr.restore(step, args=args)
+    meta = dict(out.meta)
+    if int(meta.get("step", -1)) != step:
+        raise CheckpointError(f"meta step {meta.get('step')!r} != directory step {step}")
+    return Restored(step, out.state, meta, [])
+
+
+def restore_step(workdir: str, step: int, target: Any = None) -> Restored:
+    """Restore one given step (see :func:`restore_latest` for ``target``); raises if unreadable."""
+    if step not in list_steps(workdir):
+        raise CheckpointError(
+            f"no checkpoint of step {step} in {checkpoint_dir(workdir)}: steps are "
+            f"{list_steps(workdir)}"
+        )
+    mngr = _manager(checkpoint_dir(workdir), read_only=True)
+    try:
+        return _restore(mngr, workdir, step, target)
+    finally:
+        mngr.close()
+
+
 def restore_latest(workdir: str, target: Any = None) -> Restored | None:
     """Restore the newest readable checkpoint of ``workdir``; None if there is none at all.
 
     ``target``: an abstract pytree (``jax.ShapeDtypeStruct`` leaves, with shardings) that the
-    state must match; None restores the stored tree as it is. A step that fails (missing or
-    damaged files, a tree or shape that differs from ``target``) is skipped with a warning.
-    Raises :class:`CheckpointError` if steps exist but none is readable. Modifies nothing.
+    state must match; None restores the stored tree as it is. A step that fails (files that
+    differ from its manifest, damage orbax notices, a tree or shape that differs from
+    ``target``) is skipped, with a warning once a readable step is found. Raises
+    :class:`CheckpointError` if steps exist but none is readable. Modifies nothing.
     """
     directory = checkpoint_dir(workdir)
     steps = list_steps(workdir)
@@ -158,19 +189,8 @@ def restore_latest(workdir: str, target: Any = None) -> Restored | None:
     skipped: list[tuple[int, str]] = []
     try:
         for step in reversed(steps):
-            state_args = ocp.args.StandardRestore(target) if target is not None else None
-            args = ocp.args.Composite(
-                state=state_args or ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
-            )
             try:
-                damage = verify_manifest(workdir, step)
-                if damage is not None:
-                    raise CheckpointError(damage)
-                out = mngr.restore(step, args=args)
-                meta = dict(out.meta)
-                if int(meta.get("step", -1)) != step:
-                    raise ValueError(f"meta step {meta.get('step')!r} != directory step {step}")
-                restored = Restored(step, out.state, meta, skipped)
+                restored = _restore(mngr, workdir, step, target)
             except Exception as e:  # noqa: BLE001 (any failure makes the step unusable)
                 skipped.append((step, _short(e)))
                 continue
@@ -182,6 +202,7 @@ def restore_latest(workdir: str, target: Any = None) -> Restored | None:
                     reason,
                     step,
                 )
+            restored.skipped = skipped
             return restored
     finally:
         mngr.close()
