@@ -314,3 +314,27 @@ def test_prune_mask_ties_go_to_the_lower_index():
         L.prune_mask(mask, np.array([1, 3, 3, 3, 0, 2.0]), 2), [0, 1, 1, 0, 0, 0]
     )
     np.testing.assert_array_equal(L.prune_mask(mask, np.full(6, np.nan), 1), [1, 0, 0, 0, 0, 0])
+
+
+def test_pruning_hook_for_the_trainer(digit_batch):
+    import dataclasses
+
+    model = _MonomialHead()
+
+    @dataclasses.dataclass
+    class State:  # the two methods of invjax.train.TrainState the hook uses
+        v: dict
+
+        def variables(self):
+            return self.v
+
+        def replace_variables(self, variables):
+            return State(variables)
+
+    ctx = type("Ctx", (), {"model": model, "images": digit_batch})()
+    hook = L.make_pruning_hook(lambda v: {("ii",): v["params"]["dense"]["kernel"]})
+    state = State(model.init(KEY, digit_batch))
+    assert hook(state, 0, ctx) is state  # nothing scheduled after 0 epochs
+    for epochs_done, want in ((5, 12), (10, 5)):
+        state = hook(state, epochs_done, ctx)
+        assert int(np.asarray(state.v["ii_mask"]["ii"]["mask"]).sum()) == want
