@@ -331,6 +331,20 @@ def create_state(model, tx, image_shape, seed: int, select_best: bool, sources=(
     )
 
 
+def state_factory(model, tx, image_shape, seed: int, select_best: bool, sources=()):
+    """``(make, trees)``: ``make(trees)`` is :func:`create_state` with the ``init_from`` source
+    variables as an *argument*, so ``jax.jit(make)(trees)`` does not bake (possibly large)
+    checkpoints into the compiled program as constants."""
+    prefixes = [(a, b) for _, a, b in sources]
+    trees = [t for t, _, _ in sources]
+
+    def make(trees):
+        srcs = [(t, a, b) for t, (a, b) in zip(trees, prefixes)]
+        return create_state(model, tx, image_shape, seed, select_best, srcs)
+
+    return make, trees
+
+
 # ----------------------------------------------------------------------------- steps
 
 
@@ -559,10 +573,8 @@ def prepare(config, workdir: str) -> Experiment:
             "init_from %s: %r -> %r (%d leaves left out)", src_dir, src_prefix, dst_prefix, skipped
         )
 
-    make = functools.partial(
-        create_state, model, tx, ds.image_shape, seed, bool(tc.select_best), sources
-    )
-    abstract_state = _abstract(jax.eval_shape(make), parallel.replicated(mesh))
+    make, trees = state_factory(model, tx, ds.image_shape, seed, bool(tc.select_best), sources)
+    abstract_state = _abstract(jax.eval_shape(make, trees), parallel.replicated(mesh))
     check_resume_config(checkpoint.read_config(workdir), config, workdir)
     restored = checkpoint.restore_latest(workdir, abstract_state)
     params = variables["params"]
@@ -621,8 +633,7 @@ class _Loop:
         if exp.restored is not None:
             self.state, self.meta = exp.restored.state, exp.restored.meta
         else:
-            make = functools.partial(
-                create_state,
+            make, trees = state_factory(
                 exp.model,
                 exp.tx,
                 self.ds.image_shape,
@@ -630,7 +641,7 @@ class _Loop:
                 bool(self.tc.select_best),
                 exp.sources,
             )
-            state = jax.jit(make, out_shardings=parallel.replicated(self.mesh))()
+            state = jax.jit(make, out_shardings=parallel.replicated(self.mesh))(trees)
             self.state, self.meta = self.run_hooks(state, 0), _fresh_meta()
         self.step = self.step0 = int(jax.device_get(self.state.step))
         self.sums = list(self.meta["epoch_sums"])

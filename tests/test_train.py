@@ -311,3 +311,24 @@ def test_train_state_roundtrip_through_variables():
     again = state.replace_variables(state.variables())
     chex.assert_trees_all_equal(again.params, state.params)
     chex.assert_trees_all_equal(again.batch_stats, state.batch_stats)
+
+
+def test_trains_on_tfds_uint8_images_under_mock_data(tmp_path):
+    """The TFDS path (uint8 images, normalised and crop/flip-augmented on the device)."""
+    import runpy
+
+    import tensorflow_datasets as tfds
+
+    config = runpy.run_path(os.path.join(REPO, "configs", "base.py"))["get_config"]()
+    config.data.name = "cifar10"
+    config.train.update(dict(batch_size=16, eval_batch_size=40, num_epochs=1, lr_boundaries=()))
+    with config.unlocked():
+        config.model.width = 4
+    with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE):
+        exp = train.prepare(config, str(tmp_path))
+        assert exp.dataset.train.images.dtype == np.uint8 and exp.dataset.augment == "crop_flip"
+        results = train.run(exp)
+    # mock_data: 40 examples per split; the 80:20 validation split leaves 32 for training.
+    assert (results["n_train"], results["n_val"], results["n_test"]) == (32, 8, 40)
+    assert results["steps"] == 2 and 0.0 <= results["test_error"] <= 100.0
+    assert np.isfinite(results["test_loss"])
