@@ -80,6 +80,14 @@ def test_ws_reference_matches_float64_loops(photo32):
     assert rel(got_ref, want) < RTOL
 
 
+def test_group_operator_can_be_built_inside_jit(photo32):
+    ii.group_average_operator.cache_clear()  # first request happens while tracing
+    x = jnp.asarray(photo32)
+    k = kernel((3, 3, 3, 2), seed=7)
+    got = jax.jit(lambda x, k: ii.ws_integrate(x, k, G.dihedral(8)))(x, k)
+    assert rel(got, ii.ws_integrate_reference(x, k, G.dihedral(8))) < RTOL
+
+
 def test_symmetrized_kernel_is_invariant_under_the_group():
     k = kernel((3, 3, 2, 3), seed=3)
     for group in (G.cyclic(4), G.dihedral(4), G.dihedral(8)):

@@ -116,13 +116,15 @@ def group_average_operator(group: G.Group | None, kernel_size: int, interpolatio
     transforming the ``k^2`` one-hot kernels (transforms are linear in the kernel values).
     """
     k = kernel_size
-    eye = jnp.eye(k * k, dtype=jnp.float32).reshape(k, k, k * k)  # [k, k, basis]
     if group is None:
         return np.eye(k * k, dtype=np.float32)
-    stack = [
-        np.asarray(G.transform(eye, group, g, interpolation, axes=(0, 1)), np.float64)
-        for g in range(group.order)
-    ]
+    # A constant even when first asked for inside jax.jit: evaluate the transforms eagerly.
+    with jax.ensure_compile_time_eval():
+        eye = jnp.eye(k * k, dtype=jnp.float32).reshape(k, k, k * k)  # [k, k, basis]
+        stack = [
+            np.asarray(G.transform(eye, group, g, interpolation, axes=(0, 1)), np.float64)
+            for g in range(group.order)
+        ]
     # stack[g][a, b, j] = (L_g e_j)[a, b]  ->  P[(a, b), j]
     return np.mean(stack, axis=0).reshape(k * k, k * k).astype(np.float32)
 
