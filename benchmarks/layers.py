@@ -1,0 +1,136 @@
+"""Speed of the equivariant layers against their cost floor, measured side by side in one run.
+
+    python benchmarks/layers.py [--repeats 5] [--batch 16] [--size 32]
+
+For each layer, forward+backward time (jitted, median of ``--repeats``) of the invjax layer
+(basis expansion + convolution) divided by a plain ``lax.conv`` with the same expanded channel
+counts and kernel size (the floor: an equivariant layer cannot do less than that convolution).
+Also the construction time of the steerable bases of every layer of the E(2)-II-WRN28-10 of the
+paper (appendix table for CIFAR-10), each layer's basis built from scratch (caches cleared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from invjax.bases import e2 as e2_bases
+from invjax.layers.e2 import E2Conv
+
+
+def compare(a, a_args, b, b_args, repeats: int) -> tuple[float, float]:
+    """Median times of ``a`` and ``b``, measured alternately so that machine load hits both alike."""
+    jax.block_until_ready(a(*a_args))
+    jax.block_until_ready(b(*b_args))
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, args, acc in ((a, a_args, ta), (b, b_args, tb)):
+            t = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            acc.append(time.perf_counter() - t)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def fwd_bwd(apply, params, x):
+    def loss(p, x):
+        return jnp.sum(apply(p, x) ** 2)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+
+def plain_conv_case(x, cin, cout, k, key):
+    w = jax.random.normal(key, (k, k, cin, cout), jnp.float32) * 0.01
+
+    def apply(w, x):
+        p = (k - 1) // 2
+        return lax.conv_general_dilated(
+            x, w, (1, 1), ((p, p), (p, p)), dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+
+    return fwd_bwd(apply, w, x), w
+
+
+def bench_e2(batch, size, repeats):
+    group, fields, k = "D8", 40, 5
+    x = jax.random.normal(jax.random.PRNGKey(0), (batch, size, size, fields * 16))
+    layer = E2Conv(fields, group, k)
+    v = layer.init(jax.random.PRNGKey(1), x)
+    f, w = plain_conv_case(x, fields * 16, fields * 16, k, jax.random.PRNGKey(2))
+    ours, floor = compare(fwd_bwd(layer.apply, v, x), (v, x), f, (w, x), repeats)
+    return ("E2Conv D8, 40 fields, k=5", ours, floor)
+
+
+def bench_scale(batch, size, repeats):
+    try:
+        from invjax.layers.scale import ScaleConv
+    except ImportError:  # the scale layers are optional for this script
+        return None
+    scales, cin, cout, k, eff = (1.0, 2**0.5, 2.0), 160, 160, 5, 3
+    x = jax.random.normal(jax.random.PRNGKey(0), (batch, size, size, len(scales), cin))
+    layer = ScaleConv(cout, kernel_size=k, effective_size=eff, scales=scales)
+    v = layer.init(jax.random.PRNGKey(1), x)
+    # Floor: the same work as S independent k x k convolutions of Cin -> Cout channels.
+    xs = x.reshape(batch * 1, size, size, len(scales) * cin)
+    w = jax.random.normal(jax.random.PRNGKey(2), (k, k, cin, len(scales) * cout)) * 0.01
+
+    def grouped(w, x):
+        p = (k - 1) // 2
+        return lax.conv_general_dilated(
+            x,
+            w,
+            (1, 1),
+            ((p, p), (p, p)),
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            feature_group_count=len(scales),
+        )
+
+    ours, floor = compare(
+        fwd_bwd(layer.apply, v, x), (v, x), fwd_bwd(grouped, w, xs), (w, xs), repeats
+    )
+    return (f"ScaleConv 3 scales, {cin}->{cout}, k={k} (eff {eff})", ours, floor)
+
+
+# (group, kernel size) of every convolution of the E(2)-II-WRN28-10 (CIFAR-10 appendix table):
+# lifting, 8 convs + shortcut in block 1 (D8, 5x5), blocks 2 and 3 in D4 (3x3), last to trivial.
+WRN28_10_E2_LAYERS = (
+    [("D8", 5)] * (1 + 8 + 1) + [("D4", 3)] * (8 + 1) + [("D4", 3)] * (8 + 1) + [("D4", 1)] * 2
+)
+
+
+def bench_construction():
+    t = time.perf_counter()
+    for group, k in WRN28_10_E2_LAYERS:
+        e2_bases.transformed_basis.cache_clear()
+        e2_bases._normaliser.cache_clear()
+        e2_bases.basis_spec.cache_clear()
+        e2_bases.transformed_basis(group, k)
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--size", type=int, default=32)
+    args = ap.parse_args()
+    print(f"device: {jax.devices()[0].device_kind}, batch {args.batch}, {args.size}x{args.size}")
+    print(
+        f"{'layer (forward+backward)':48s} {'invjax [ms]':>12s} {'floor [ms]':>11s} {'ratio':>7s}"
+    )
+    for case in (bench_e2, bench_scale):
+        row = case(args.batch, args.size, args.repeats)
+        if row is None:
+            continue
+        name, ours, floor = row
+        print(f"{name:48s} {ours * 1e3:12.1f} {floor * 1e3:11.1f} {ours / floor:7.3f}")
+    n = len(WRN28_10_E2_LAYERS)
+    print(f"bases of all {n} E(2)-WRN28-10 layers built from scratch: {bench_construction():.3f} s")
+
+
+if __name__ == "__main__":
+    main()
