@@ -219,3 +219,24 @@ def test_bad_input_raises_clear_errors(photo32):
         ii.mixed_pool(x[:, :6, :6])
     with pytest.raises(ValueError, match="unknown group"):
         ii.ws_integrate(x, kernel((3, 3, 3, 2)), "E7")
+
+
+def test_monomial_draws_redraw_degenerate_pairs():
+    # one channel, one factor: every pair is x(t + o)^b / x(t + o')^b, a constant ratio
+    with pytest.raises(ValueError, match="only degenerate monomial pairs"):
+        ii.draw_monomial_pairs(5, 1, n_factors=1)
+    # two factors on one channel in a 3 x 3 neighbourhood: some raw draws are translates of each
+    # other (2 of the first 40 raw draws for seed 3); none survives the redraw
+    pairs = ii.draw_monomial_pairs(40, 1, n_factors=2, max_exponent=1, seed=3)
+    rng = np.random.default_rng(3)  # the raw draw, as draw_monomial_pairs makes it
+    raw = (rng.integers(0, 1, (40, 2, 2)), rng.integers(-1, 2, (40, 2, 2, 2)), np.ones((40, 2, 2)))
+    raw_bad = [j for j in range(40) if ii._degenerate_pair(*(a[j] for a in raw))]
+    assert len(raw_bad) == 2
+    np.testing.assert_array_equal(
+        np.delete(pairs.offsets, raw_bad, 0), np.delete(raw[1], raw_bad, 0)
+    )
+    for j in range(pairs.n_pairs):
+        assert not ii._degenerate_pair(pairs.channels[j], pairs.offsets[j], pairs.exponents[j])
+    assert ii._degenerate_pair(
+        np.zeros((2, 2), int), np.array([[[0, 0], [0, 1]], [[1, -1], [1, 0]]]), np.ones((2, 2))
+    )

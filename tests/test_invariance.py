@@ -66,34 +66,63 @@ def test_invariance_error_rejects_bad_input(digit_images):
 
 def test_table1_small(digit_images):
     # tiny backbone widths and 4 samples; the full table runs from the command line
-    per = I.table1_per_sample(n_samples=4, widths=(4, 4, 4), batch_size=4)
-    assert set(per) == set(I.TABLE1_ROWS)
-    res = {r: {c: float(np.mean(v)) for c, v in cols.items()} for r, cols in per.items()}
+    terms = I.table1_terms(n_samples=4, widths=(4, 4, 4), batch_size=4)
+    assert set(terms) == set(I.TABLE1_ROWS)
+    res = I.aggregate(terms, "mean")
     for row in I.TABLE1_ROWS:
-        assert set(res[row]) == {"Input", "CNN"}
+        assert set(res[row]) == {"Input", "Input x2", "CNN"}
         assert all(np.isfinite(v) for v in res[row].values()), row
     # measured: Input avg 0.228, mixed 0.160, monomials 1.9e19 (tiny shrunk digits leave some
-    # monomials without support, see README), WS 2.0e-11; CNN avg 0.057, mixed 0.044,
-    # monomials 0.29, WS 8.8e-3
+    # monomials without support, see the module docstring), WS 2.0e-11; CNN avg 0.057,
+    # mixed 0.044, monomials 0.29, WS 8.8e-3
     assert abs(res["Average Pooling"]["Input"] - AVG_POOL_SCALE_DELTA) < 0.01
     assert res["Scale-II WS"]["Input"] < 1e-8
     assert res["Scale-II WS"]["Input"] * 100 < res["Average Pooling"]["Input"]
     assert res["Scale-II WS"]["CNN"] < res["Average Pooling"]["CNN"]
+    # nearest upsampling multiplies every pooled mean by 1: average pooling is unchanged
+    assert res["Average Pooling"]["Input x2"] == pytest.approx(res["Average Pooling"]["Input"])
     # the Input column is invariance_error of the layer on the same images
     images = I.table1_images(4)
     fn = jax.jit(lambda z: L.AveragePooling().apply({}, z))
     assert res["Average Pooling"]["Input"] == pytest.approx(
         I.invariance_error(fn, images, "scale"), rel=1e-5
     )
+    # the three readings from the same terms
+    num, den = terms["Scale-II Monomials"]["CNN"]
+    assert I.aggregate(terms, "pooled")["Scale-II Monomials"]["CNN"] == pytest.approx(
+        num.sum() / den.sum()
+    )
+    assert I.aggregate(terms, "median")["Scale-II Monomials"]["CNN"] == pytest.approx(
+        np.median(num / den)
+    )
+    np.testing.assert_allclose(
+        I.table1_per_sample(n_samples=4, columns=["input"])["Scale-II WS"]["Input"],
+        terms["Scale-II WS"]["Input"][0] / terms["Scale-II WS"]["Input"][1],
+        rtol=1e-6,
+    )
+    with pytest.raises(ValueError, match="statistic='max'"):
+        I.aggregate(terms, "max")
+
+
+def test_table1_monomials_on_tiny_digits_need_the_upsampled_input():
+    # the blow-up on raw 28 x 28 digits (module docstring) and its absence at 56 x 56:
+    # measured on 20 samples: Input mean 6.1e18 / median 6.2; Input x2 mean 0.20 / median 0.12
+    terms = I.table1_terms(n_samples=20, columns=["input", "input_x2"])
+    mean = I.aggregate(terms, "mean")["Scale-II Monomials"]
+    median = I.aggregate(terms, "median")["Scale-II Monomials"]
+    assert mean["Input"] > 1e6 and median["Input"] > 0.3
+    assert mean["Input x2"] < 3 and median["Input x2"] * 10 < median["Input"]
 
 
 def test_cli_table1_json(capsys):
-    argv = ["invariance", "--table1", "--json", "--n_samples=3", "--columns=input"]
+    argv = ["invariance", "--table1", "--json", "--n_samples=3", "--columns=input,input_x2"]
     assert I.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out["table1"]) == set(I.TABLE1_ROWS)
+    for key in ("table1", "table1_median", "table1_pooled"):
+        assert set(out[key]) == set(I.TABLE1_ROWS)
+        assert set(out[key]["Scale-II WS"]) == {"Input", "Input x2"}
     assert out["paper"]["Scale-II WS"]["CNN"] == 5.94e-3
-    assert out["n_samples"] == 3 and len(out["scales"]) == 11
+    assert out["n_samples"] == 3 and len(out["scales"]) == 11 and out["wall_s"] > 0
 
 
 def test_cli_errors(capsys):
@@ -101,6 +130,8 @@ def test_cli_errors(capsys):
     assert "either --table1 or --config" in capsys.readouterr().err
     assert I.main(["invariance", "--table1", "--columns=middle"]) == 2
     assert "columns" in capsys.readouterr().err
+    assert I.main(["invariance", "--table1", "--columns=input,middle"]) == 2
+    assert "input_x2" in capsys.readouterr().err
 
 
 def test_model_mode_on_the_digits_cnn(digit_images):

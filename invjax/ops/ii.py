@@ -285,6 +285,28 @@ class MonomialPairs:
         return e.astype(np.float32)
 
 
+_MAX_REDRAWS = 100
+
+
+def _monomial_key(channels, offsets, exponents) -> tuple:
+    """Translation-free canonical form of one monomial: factors at the same ``(channel, offset)``
+    merged (exponents add), offsets relative to the lexicographically smallest one, sorted."""
+    merged: dict[tuple[int, int, int], float] = {}
+    for c, (dr, dc), b in zip(channels, offsets, exponents):
+        key = (int(c), int(dr), int(dc))
+        merged[key] = merged.get(key, 0.0) + float(b)
+    r0, c0 = min((dr, dc) for _, dr, dc in merged)
+    return tuple(sorted((c, dr - r0, dc - c0, round(b, 9)) for (c, dr, dc), b in merged.items()))
+
+
+def _degenerate_pair(channels, offsets, exponents) -> bool:
+    """``True`` if the divisor is the dividend translated: away from the border their translation
+    sums are equal and the ratio is the constant 1 (e.g. any single-factor pair on one channel)."""
+    return _monomial_key(channels[0], offsets[0], exponents[0]) == _monomial_key(
+        channels[1], offsets[1], exponents[1]
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def draw_monomial_pairs(
     n_pairs: int,
@@ -298,7 +320,10 @@ def draw_monomial_pairs(
 
     Channels uniform in ``[0, n_channels)``, offsets uniform in the ``k x k`` neighbourhood,
     integer exponents uniform in ``[1, max_exponent]``; the divisor's exponents are then scaled by
-    ``sum b_1 / sum b_2`` so both monomials have the same order. Deterministic in ``seed``.
+    ``sum b_1 / sum b_2`` so both monomials have the same order. A degenerate pair (the divisor
+    equal to the dividend up to a translation, whose ratio is the constant 1 away from the
+    border) is redrawn; ``ValueError`` if the configuration allows nothing else. Deterministic in
+    ``seed``.
 
     Defaults (3 factors, exponents 1..2, 3 x 3) are our choice: the paper gives none. A factor
     at offset ``o`` reads ``x(t + o)`` whose offset does not shrink with the image, so a monomial
@@ -317,12 +342,29 @@ def draw_monomial_pairs(
         raise ValueError(f"kernel_size={kernel_size!r} is invalid: it must be odd and >= 1")
     rng = np.random.default_rng(seed)
     p = (kernel_size - 1) // 2
-    channels = rng.integers(0, n_channels, size=(n_pairs, 2, n_factors))
-    offsets = rng.integers(-p, p + 1, size=(n_pairs, 2, n_factors, 2))
-    exponents = rng.integers(1, max_exponent + 1, size=(n_pairs, 2, n_factors)).astype(np.float64)
-    exponents[:, 1] *= exponents[:, 0].sum(-1, keepdims=True) / exponents[:, 1].sum(
-        -1, keepdims=True
-    )
+
+    def draw(n):
+        ch = rng.integers(0, n_channels, size=(n, 2, n_factors))
+        off = rng.integers(-p, p + 1, size=(n, 2, n_factors, 2))
+        ex = rng.integers(1, max_exponent + 1, size=(n, 2, n_factors)).astype(np.float64)
+        ex[:, 1] *= ex[:, 0].sum(-1, keepdims=True) / ex[:, 1].sum(-1, keepdims=True)
+        return ch, off, ex
+
+    channels, offsets, exponents = draw(n_pairs)
+    # Redraw degenerate pairs (divisor = dividend up to a translation: a constant feature) from
+    # the same generator, so draws without any are unchanged.
+    for j in range(n_pairs):
+        for _ in range(_MAX_REDRAWS):
+            if not _degenerate_pair(channels[j], offsets[j], exponents[j]):
+                break
+            (channels[j], offsets[j], exponents[j]) = (a[0] for a in draw(1))
+        else:
+            raise ValueError(
+                f"n_channels={n_channels}, n_factors={n_factors}, kernel_size={kernel_size}, "
+                f"max_exponent={max_exponent} leave only degenerate monomial pairs (divisor equal "
+                "to the dividend up to a translation, a constant ratio): allow more channels, "
+                "factors or a larger neighbourhood"
+            )
     return MonomialPairs(channels, offsets, exponents, int(kernel_size))
 
 
