@@ -165,6 +165,16 @@ class ScaledMNISTNet(nn.Module):
         y = nn.Dropout(self.dropout, deterministic=not train)(y)
         return nn.Dense(self.num_classes, name="classifier")(y)
 
+    def epoch_end_hooks(self):
+        """The trainer's epoch-end hooks: Scale-II monomial pruning (25 -> 12 -> 5 pairs).
+
+        The relevance of a pair weighs its spread by the norm of its row in ``fc1``, the dense
+        layer that reads the monomial features (:func:`invjax.layers.ii.monomial_relevance`).
+        """
+        if self.head != "ii_monomials":
+            return []
+        return [iil.make_pruning_hook(lambda v: {("ii",): v["params"]["fc1"]["kernel"]})]
+
     def _project(self, x):
         if self.family == "scale":
             from invjax.layers.scale import ScaleMaxProjection
