@@ -44,7 +44,8 @@ ALLOWED_OPS = {
 
 
 def rel(a, b):
-    return float(jnp.linalg.norm(jnp.asarray(a) - jnp.asarray(b)) / jnp.linalg.norm(b))
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)  # float64: no overflow
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def random_variables(model, x, seed=0):
@@ -116,9 +117,9 @@ def tiny_wrn(family, **kw):
 # --------------------------------------------------------------------------- single streams
 
 
-# Measured relative errors (float32 rounding): std pool 1.0e-7, std II 4.4e-7, std 15x15 1.9e-7,
-# E(2) II D8/D4/D1 + II over D8 (32x32, stride-2 stem) 2.7e-7, E(2) pool C4 7.6e-8,
-# Scale-II with re-lifts 6.4e-7, scale pool 1.6e-7.
+# Measured relative errors (float32 rounding): std WRN16 pool 2.3e-7, std translation-II 2.4e-7,
+# std 15x15 3.5e-7, E(2) II D8/D4/D1 + II over D8 (32x32, stride 2 in block 1) 2.0e-7, E(2) pool
+# C4 1.1e-7, Scale-II with re-lifts 5.6e-7, scale pool 1.2e-7.
 WRN_CASES = {
     "std_pool_wrn16": dict(family="std", depth=16, head="pool"),
     "std_translation_ii": dict(family="std", head="ii"),
@@ -198,16 +199,14 @@ def test_e2_export_has_only_dense_kernels(photo_batch):
 MNIST_COMMON = dict(
     widths=(4, 5, 6), hidden=8, kernel_size=5, effective_size=3, scales=(1.0, 2**0.5, 2.0)
 )
-# Measured: CNN 3.6e-7, CNN pool head 9.6e-8, SES-CNN (Hermite) 2.1e-7, DISCO mixed pooling
-# 2.6e-7, II-DISCO WS 2.0e-7, II-DISCO monomials (bicubic upsampling, 9 of 25 pairs pruned)
-# 7.5e-8, scale pool head without upsampling 1.0e-7.
+# Measured: CNN 2.7e-7, CNN pool head 1.3e-7, SES-CNN (Hermite) 1.4e-7, DISCO mixed pooling
+# 7.4e-8, II-DISCO WS 5.7e-7, scale pool head without upsampling 7.9e-8.
 MNIST_CASES = {
     "cnn": dict(family="std", head="maxpool"),
     "cnn_pool": dict(family="std", head="pool"),
     "ses_hermite": dict(basis="hermite", head="maxpool"),
     "disco_mixed": dict(basis="disco", head="mixed", spatial_pool="avg"),
     "ii_disco_ws": dict(head="ii"),
-    "ii_disco_monomials": dict(head="ii_monomials", upsample="bicubic"),
     "scale_pool": dict(head="pool", upsample="none"),
 }
 
@@ -217,16 +216,42 @@ def test_mnist_export_matches_model(case, digits16):
     m = ScaledMNISTNet(**MNIST_COMMON, **MNIST_CASES[case])
     err, ex, v = check(m, digits16)
     assert err < BOUND, (case, err)
-    if case == "ii_disco_monomials":
-        (op,) = [op for op in ex.program if op.kind == "monomial_ii"]
-        active = int(v["ii_mask"]["ii"]["mask"].sum())
-        assert active == 16
-        # Only the active pairs are computed: 2 monomials each.
-        assert ex.arrays[f"{op.name}/exponents"].shape[-1] == 2 * active
     if case == "ii_disco_ws":
+        # Scale-II's numerator, the BatchNorm before it (folded into conv3) and the one after
+        # fc1 (folded into fc1): the division stays, as one scale_ii op.
         assert ex.op_counts()["scale_ii"] == 1 and "affine" not in ex.op_counts()
 
 
+def test_mnist_monomials_export(digits16):
+    """II-DISCO with monomials (bicubic upsampling, 9 of 25 pairs pruned).
+
+    A monomial ratio is ``exp(LSE_t sum_i b_i log x - ...)``. Where the map is clamped at
+    ``epsilon = 1e-6`` (ReLU zeros), ``log m ~ -80`` and float32 rounding alone moves the ratio by
+    ~1e-5 relative: over 8 random seeds the logits (up to 1e31 in size) differ from the model's
+    by up to 1.5e-5 for the export and 2.3e-5 for the *unfused* export, which only expands the
+    kernels. So the 1e-5 check runs where the map stays away from the clamp (bn3's bias 2,
+    scales 0.1 .. 0.3: measured 7.7e-7; max 1.1e-6 over 8 seeds), and the clamped case is held
+    to 5e-5 (seed 0: 3.8e-6).
+    """
+    m = ScaledMNISTNet(**MNIST_COMMON, head="ii_monomials", upsample="bicubic")
+    v = random_variables(m, digits16)
+    err, ex, _ = check(m, digits16, variables=v)
+    assert err < 5e-5, err
+    rng = np.random.default_rng(0)
+    bn3 = v["params"]["bn3"]
+    bn3["scale"] = rng.uniform(0.1, 0.3, bn3["scale"].shape).astype(np.float32)
+    bn3["bias"] = np.full(bn3["bias"].shape, 2.0, np.float32)
+    err, ex, _ = check(m, digits16, variables=v)
+    assert err < BOUND, err
+    (op,) = [op for op in ex.program if op.kind == "monomial_ii"]
+    active = int(v["ii_mask"]["ii"]["mask"].sum())
+    assert active == 16
+    # Only the active pairs are computed (2 monomials each), and fc1 keeps only their rows.
+    assert ex.arrays[f"{op.name}/exponents"].shape[-1] == 2 * active
+    assert ex.arrays["fc1/kernel"].shape[0] == active
+
+
+# Measured: 5.4e-8.
 def test_simple_cnn_export(photos16):
     err, ex, _ = check(SimpleCNN(width=4), photos16)
     assert err < BOUND, err
@@ -239,7 +264,7 @@ def test_simple_cnn_export(photos16):
 @pytest.fixture(scope="module")
 def triple(photos16):
     """A tiny triple network (E(2)-II over D4, Scale-II, std pool) with the Map-All head, its
-    random variables and its stream features."""
+    random variables, its logits and its stream features (one compilation)."""
     m = MultiStreamNetwork(
         e2=tiny_wrn("e2", groups=("D4",) * 3),
         scale=tiny_wrn("scale"),
@@ -247,19 +272,23 @@ def triple(photos16):
         head="map_all",
     )
     v = random_variables(m, photos16, seed=1)
-    feats = jax.jit(lambda vv, z: m.apply(vv, z, method="stream_features"))(v, photos16)
-    return m, v, feats
+    both = jax.jit(
+        lambda vv, z: m.apply(vv, z, method=lambda mod, x: (mod(x), mod.stream_features(x)))
+    )
+    logits, feats = both(v, photos16)
+    return m, v, logits, feats
 
 
-# Measured (full model vs export): dual Map-E(2) 2.0e-7, triple Map-All 4.1e-7.
+# Measured (full model vs export): dual Map-E(2) 2.8e-7, triple Map-All 3.0e-7.
 @pytest.mark.parametrize("streams", [("e2", "scale"), ("e2", "scale", "std")])
 def test_multistream_export_matches_model(streams, triple, photos16):
-    m, v, _ = triple
-    head = "map_e2" if len(streams) == 2 else "map_all"
-    net = MultiStreamNetwork(**{s: getattr(m, s) for s in streams}, head=head)
+    m, v, want, _ = triple
     if len(streams) == 2:
-        v = random_variables(net, photos16, seed=2)
-    err, ex, _ = check(net, photos16, variables=v)
+        net = MultiStreamNetwork(e2=m.e2, scale=m.scale, head="map_e2")
+        err, ex, _ = check(net, photos16, seed=2)
+    else:
+        ex = export(m, v, photos16.shape[1:])
+        err = rel(ex(photos16), want)
     assert err < BOUND, (streams, err)
     counts = ex.op_counts()
     # The head is one linear map per stream: the E(2) stream's II weight map times A_e2 (one
@@ -280,8 +309,8 @@ def _head_reference(mode, params, feats):
     return y @ params["classifier"]["kernel"] + params["classifier"]["bias"]
 
 
-# Measured: dual concat 2.8e-7, Map-Scale 1.5e-7, Map-All 3.2e-7; triple concat 2.4e-7, Map-E(2)
-# 2.9e-7, Map-Scale 5.0e-7, Map-Std 3.6e-7.
+# Measured: dual concat 3.4e-7, Map-Scale 2.8e-7, Map-All 3.1e-7; triple concat 2.5e-7, Map-E(2)
+# 3.5e-7, Map-Scale 2.7e-7, Map-Std 2.8e-7.
 @pytest.mark.parametrize(
     "streams,mode",
     [
@@ -297,7 +326,7 @@ def _head_reference(mode, params, feats):
 def test_every_combination_head_collapses(streams, mode, triple, photos16):
     """Each head on the same (random) streams: the export against the model's head modules
     applied to the model's stream features (one stream compilation for all heads)."""
-    m, v, feats = triple
+    m, v, _, feats = triple
     net = MultiStreamNetwork(**{s: getattr(m, s) for s in streams}, head=mode)
     shapes = jax.eval_shape(net.init, jax.random.PRNGKey(0), photos16)
     fresh = random_variables(net, photos16, seed=3)
