@@ -89,6 +89,17 @@ def check(model, x, seed=0, variables=None):
     got = ex(x)
     chex.assert_equal_shape((got, want))
     assert set(ex.op_counts()) <= ALLOWED_OPS, ex.op_counts()
+    # Only dense kernels, biases, affine parameters and monomial exponents: no steerable
+    # coefficient tensor (a 'weight' leaf of the model) survives, not even by shape.
+    assert all(
+        k.rsplit("/", 1)[1] in ("kernel", "bias", "scale", "shift", "exponents") for k in ex.arrays
+    )
+    coefficients = {
+        tuple(leaf.shape)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(v["params"])
+        if str(getattr(path[-1], "key", "")) == "weight"
+    }
+    assert not {a.shape for a in ex.arrays.values()} & coefficients
     return rel(got, want), ex, v
 
 

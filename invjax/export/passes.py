@@ -15,7 +15,8 @@
 * :func:`compose_dense`: ``dense(dense(x))``, ``dense(scale_ii(x))`` -> one matrix when that does
   not cost more multiplications (an II weight map and the classifier: yes; Scale-II's 95 outputs
   into a 256-wide hidden layer: no).
-* :func:`merge_biases`: per-stream biases feeding one ``add`` move into the ``add``.
+* :func:`merge_biases`: the biases of linear ops that only feed one ``add`` move into the
+  ``add`` (one bias per residual sum; the multi-stream logits' single ``b``).
 * :func:`merge_relu_clamp`: ``clamp(relu(x), eps) = clamp(x, eps)`` for ``eps > 0``.
 """
 
@@ -35,7 +36,10 @@ def _remove(g: Graph, node: Node) -> None:
 def _scale_outputs(node: Node, a, s) -> None:
     """Replace ``node``'s output ``y`` by ``a * y + s`` (``a``, ``s`` per output channel)."""
     node.params["kernel"] = node.params["kernel"] * a
-    node.params["bias"] = node.params.get("bias", 0.0) * a + s
+    if "bias" in node.params:
+        node.params["bias"] = node.params["bias"] * a + s
+    elif np.any(s != 0):
+        node.params["bias"] = np.broadcast_to(s, np.shape(a)).copy()
 
 
 # --------------------------------------------------------------------------- gathers
@@ -208,7 +212,7 @@ def merge_biases(g: Graph) -> bool:
             p = g.producer(t)
             if (
                 p is not None
-                and p.kind in ("dense", "scale_ii")
+                and p.kind in LINEAR_OUT
                 and "bias" in p.params
                 and g.sole_consumer(t) is add
             ):
