@@ -56,4 +56,8 @@ def get_config() -> ml_collections.ConfigDict:
     # finished run into this model before training; '' = the whole tree.
     config.train.trainable = config_dict.placeholder(tuple)
     config.train.init_from = ()
+    # 'single' (one run), 'two_phase' (multi-stream: each stream's own run, then the head on the
+    # frozen streams; needs config.phase1) or 'end_to_end' (multi-stream from scratch); see
+    # invjax/experiment.py.
+    config.train.phases = "single"
     return config

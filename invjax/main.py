@@ -7,6 +7,8 @@ under ``DIR/checkpoints``; the last line of output is ``test_error=X.XX%``. Star
 the same ``DIR`` it resumes. Bad input (an unknown config key, an invalid value, a training size
 the classes cannot split, a wrong image shape, an unreadable checkpoint) stops with one message
 before any compute (exit status 2); a NaN/Inf loss stops with the step named (exit status 1).
+Multi-stream configs with ``train.phases='two_phase'`` run both of the paper's phases (phase 1's
+stream runs in ``DIR/streams/<stream>``, then the head in ``DIR``; :mod:`invjax.experiment`).
 The work itself is in :mod:`invjax.train`.
 """
 
@@ -77,9 +79,18 @@ def _parse_flags(argv):
         _fail(str(e))
 
 
+def _record() -> dict:
+    """What ``results.json`` records of the command: the config file and the overrides."""
+    flag = flags.FLAGS["config"]
+    return {
+        "config_file": config_flags.get_config_filename(flag),
+        "overrides": {k: v for k, v in sorted(config_flags.get_override_values(flag).items())},
+    }
+
+
 def main(argv):
     del argv
-    from invjax import checkpoint, parallel, train
+    from invjax import checkpoint, experiment, parallel, train
 
     if _WORKDIR.value is None or _CONFIG.value is None:
         _fail("both --config=configs/NAME.py and --workdir=DIR are required")
@@ -88,13 +99,15 @@ def main(argv):
     config = _CONFIG.value
     parallel.initialize_distributed(bool(config.get("multi_host", False)))
     try:
-        experiment = train.prepare(config, _WORKDIR.value)
+        plan = experiment.check(config, _WORKDIR.value)  # every phase, before any compute
     except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
         _fail(str(e))
     try:
-        results = train.run(experiment)
+        results = experiment.execute(plan, record=_record())
     except train.NonFiniteLossError as e:
         _fail(str(e), status=1)
+    except experiment.StageError as e:
+        _fail(str(e))
     print(f"test_error={results['test_error']:.2f}%", flush=True)
 
 

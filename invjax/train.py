@@ -495,7 +495,7 @@ class Experiment:
     tx: Any
     steps_per_epoch: int
     num_steps: int
-    sources: list
+    sources: list | None  # None: prepared with load_sources=False (cannot run)
     restored: checkpoint.Restored | None
     num_params: int
     num_trainable: int
@@ -505,12 +505,15 @@ def _abstract(tree, sharding):
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree)
 
 
-def prepare(config, workdir: str) -> Experiment:
+def prepare(config, workdir: str, load_sources: bool = True) -> Experiment:
     """Check everything and load what is on disk; no training compute. ValueError if bad input.
 
     Order: config values, dataset (N_t, shapes), model on the dataset's image shape (abstractly),
     optimiser and trainable prefixes, init_from sources, then the workdir's checkpoints (config
     match, readability). Nothing in ``workdir`` is written.
+
+    ``load_sources=False`` checks everything but the ``init_from`` sources (runs that do not
+    exist yet, e.g. phase 1 of :mod:`invjax.experiment`); such an experiment cannot be run.
     """
     for section in ("data", "model", "train"):
         if section not in config:
@@ -565,7 +568,7 @@ def prepare(config, workdir: str) -> Experiment:
     tx = make_optimizer(tc, steps_per_epoch, variables["params"])
 
     sources = []
-    for src_dir, src_prefix, dst_prefix in tc.init_from:
+    for src_dir, src_prefix, dst_prefix in tc.init_from if load_sources else ():
         src = checkpoint.load_params(src_dir)
         sources.append((src, src_prefix, dst_prefix))
         variables, skipped = graft(variables, src, src_prefix, dst_prefix)  # checks shapes
@@ -597,7 +600,7 @@ def prepare(config, workdir: str) -> Experiment:
         tx=tx,
         steps_per_epoch=steps_per_epoch,
         num_steps=steps_per_epoch * tc.num_epochs,
-        sources=sources,
+        sources=sources if load_sources or not tc.init_from else None,
         restored=restored,
         num_params=num_params,
         num_trainable=num_trainable,
@@ -813,6 +816,11 @@ class _Loop:
 
 def run(exp: Experiment) -> dict:
     """Train (resuming where the checkpoints say), evaluate, write results; returns them."""
+    if exp.sources is None:
+        raise ValueError(
+            "this experiment was prepared without its init_from sources (load_sources=False): "
+            "prepare it again once they exist"
+        )
     os.makedirs(exp.workdir, exist_ok=True)
     if jax.process_index() == 0:
         with open(os.path.join(exp.workdir, "config.json"), "w") as f:

@@ -1,0 +1,92 @@
+"""Helpers of the experiment configs (this file is not a config of its own).
+
+Configs are files, not a package: each loads its siblings with :func:`load` (``runpy``), so they
+run from any working directory. :func:`two_phase` turns a dataset recipe into the paper's
+two-phase multi-stream config (Section 4.4, appendix C):
+
+* ``config.model``: the multi-stream network (``freeze_streams=True``);
+* ``config.phase1.<stream>.train``: the stream's own recipe, taken from its single-stream config
+  file (``cifar10_e2_ii.py`` ...), and ``config.phase1.<stream>.workdir`` (None =
+  ``DIR/streams/<stream>``; or a finished single-stream run with the same data and seed, reused);
+* ``config.train``: phase 2, the head: the same optimiser and augmentation, the head table's batch
+  size, learning rate and weight decay, and "the number of training epochs as well as all
+  epoch-dependent HPs" divided by ``epoch_divisor`` (4 for SVHN and CIFAR-10, 10 for STL-10).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+import ml_collections
+from ml_collections import config_dict
+
+HERE = pathlib.Path(__file__).resolve().parent
+PHASE2_TRAINABLE = ("head", "classifier")  # invjax.models.multistream.PHASE2_TRAINABLE
+
+
+def load(name: str) -> dict:
+    """The globals of ``configs/<name>.py``."""
+    return runpy.run_path(str(HERE / f"{name}.py"))
+
+
+def get(name: str, *args) -> ml_collections.ConfigDict:
+    """``get_config(*args)`` of ``configs/<name>.py``."""
+    return load(name)["get_config"](*args)
+
+
+def divide_epochs(tc, divisor: int) -> None:
+    """Divide ``num_epochs`` and the schedule's boundaries of ``config.train`` by ``divisor``."""
+    if tc.num_epochs % divisor or any(b % divisor for b in tc.lr_boundaries):
+        raise ValueError(
+            f"epochs {tc.num_epochs} / boundaries {tuple(tc.lr_boundaries)} do not divide by "
+            f"{divisor}"
+        )
+    tc.num_epochs //= divisor
+    tc.lr_boundaries = tuple(b // divisor for b in tc.lr_boundaries)
+
+
+def multistream(streams: dict, head: str = "map_e2", freeze_streams: bool = True):
+    """A multi-stream model section from ``{stream name: single-stream model section}``."""
+    c = ml_collections.ConfigDict()
+    c.name = "multistream"
+    c.head = head
+    c.num_classes = 10
+    c.freeze_streams = freeze_streams
+    c.streams = ml_collections.ConfigDict({k: v for k, v in streams.items()})
+    return c
+
+
+def two_phase(
+    config: ml_collections.ConfigDict,
+    model: ml_collections.ConfigDict,
+    streams: dict,
+    *,
+    batch_size: int,
+    learning_rate: float,
+    weight_decay: float,
+    epoch_divisor: int,
+) -> ml_collections.ConfigDict:
+    """Make ``config`` (a dataset recipe, e.g. ``svhn_std``'s) the two-phase config of ``model``.
+
+    ``streams``: ``{stream name: that stream's single-stream config}``; their ``train`` sections
+    become ``config.phase1``, and their data and seed must be the recipe's.
+    """
+    if set(streams) != set(model.streams):
+        raise ValueError(f"recipes for {sorted(streams)} but the model has {sorted(model.streams)}")
+    config.model = model
+    config.phase1 = ml_collections.ConfigDict()
+    for name, stream in streams.items():
+        if stream.data.to_dict() != config.data.to_dict():
+            raise ValueError(f"stream {name!r} trains on other data than the recipe")
+        config.phase1[name] = ml_collections.ConfigDict(
+            {"train": stream.train, "workdir": config_dict.placeholder(str)}
+        )
+    tc = config.train
+    tc.phases = "two_phase"
+    tc.trainable = PHASE2_TRAINABLE
+    tc.batch_size = batch_size
+    tc.learning_rate = learning_rate
+    tc.weight_decay = weight_decay
+    divide_epochs(tc, epoch_divisor)
+    return config

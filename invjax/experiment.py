@@ -1,0 +1,372 @@
+"""What one ``python -m invjax.main`` command runs: one training run, or the paper's two phases.
+
+``config.train.phases`` chooses (paper Section 4.4 and appendix B):
+
+``'single'`` (default)
+    Train ``config.model`` as one run in ``DIR`` (:func:`invjax.train.prepare` / ``run``).
+``'two_phase'``
+    A multi-stream network (``model.name='multistream'``, ``freeze_streams=True``) trained as the
+    paper does. *Phase 1* trains every stream as its own single-stream run, with its own recipe
+    ``config.phase1.<stream>.train`` (the stream's hyperparameters, e.g. Table 8's E(2)-II and
+    Scale-II columns), in ``DIR/streams/<stream>`` (or ``config.phase1.<stream>.workdir``, e.g. a
+    finished single-stream run to reuse). Its model is ``config.model.streams.<stream>`` plus its
+    own classifier, on the same data and seed. *Phase 2* trains the combination head in ``DIR``:
+    the stream variables (convolutions, II layers, BatchNorm statistics) are copied from the
+    phase-1 checkpoints (``train.init_from``, :func:`invjax.train.graft`) and frozen (the model
+    runs them in eval mode behind ``stop_gradient``; ``train.trainable`` names only the head and
+    classifier, so no weight decay touches them either). ``config.train`` is phase 2's recipe:
+    the head hyperparameters of the appendix (Tables 9, 12, 14 of the combination heads) with the
+    stream recipe's epochs and schedule divided by 4 (SVHN, CIFAR-10) or 10 (STL-10).
+``'end_to_end'``
+    The multi-stream network trained as one run from random initialisation
+    (``freeze_streams=False``; appendix B.2).
+
+Resuming and reuse. Every run of a phase is an ordinary run (contract 1): it resumes from its own
+checkpoints. A run whose ``results.json`` records all its epochs and whose stored config is this
+one is *finished*: it is reused, never recomputed, so restarting the command resumes whichever
+phase was running. A directory holding checkpoints of a different config stops the command
+before any compute (the run's own message); so does any other bad input of any phase
+(:func:`check` prepares every phase first).
+
+Results. ``DIR/results.json`` is phase 2's results (contract 1: ``test_error``, ``params`` of the
+whole network, ...) plus ``phases``, ``phase1`` (each stream's ``test_error``, ``val_error``,
+``params``, ``wall_time_s``, ``workdir``), ``phase2_wall_time_s``, and ``wall_time_s`` = both
+phases together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import ml_collections
+
+from invjax import checkpoint, train
+from invjax import data as data_lib
+
+PHASES = ("single", "two_phase", "end_to_end")
+STREAMS_SUBDIR = "streams"
+RESULTS_FILE = "results.json"
+# Parameter prefixes of the multi-stream network's streams (invjax.models.multistream).
+STREAM_NAMES = ("e2", "scale", "std")
+
+
+class StageError(ValueError):
+    """A later phase cannot start (e.g. a phase-1 checkpoint became unreadable); names the run."""
+
+
+@dataclasses.dataclass
+class Stage:
+    """One run of an experiment: ``name`` ('run', a stream name, or 'head'), its config and
+    workdir, ``results`` if it had finished before (reused), and ``experiment`` if prepared."""
+
+    name: str
+    config: Any
+    workdir: str
+    results: dict | None = None
+    experiment: train.Experiment | None = None
+
+    @property
+    def label(self) -> str:
+        if self.name == "run":
+            return "run"
+        if self.name == "head":
+            return "phase 2: combination head"
+        return f"phase 1: stream {self.name!r}"
+
+
+@dataclasses.dataclass
+class Plan:
+    """The checked stages of one command, in order (phase 1's streams, then the head)."""
+
+    phases: str
+    config: Any
+    workdir: str
+    stages: list[Stage]
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def phases_of(config) -> str:
+    """``config.train.phases`` (default ``'single'``), checked."""
+    phases = config.train.get("phases", "single")
+    if phases not in PHASES:
+        raise ValueError(f"train.phases={phases!r} is invalid: choose one of {list(PHASES)}")
+    return phases
+
+
+def _copy(section):
+    return section.copy_and_resolve_references() if hasattr(section, "unlocked") else section
+
+
+def _num_classes(config) -> int | None:
+    """The model's ``num_classes`` or, if unset, the dataset's (known without loading it)."""
+    n = config.model.get("num_classes")
+    if n is None and config.data.get("name") in data_lib.DATASETS:
+        n = data_lib.DATASETS[config.data.name][1]
+    return n
+
+
+def stream_names(config) -> tuple[str, ...]:
+    streams = config.model.get("streams") or {}
+    return tuple(s for s in STREAM_NAMES if s in streams)
+
+
+def _check_two_phase(config) -> tuple[str, ...]:
+    """One clear ValueError for a config that cannot be trained in two phases."""
+    model = config.model
+    if model.get("name") != "multistream":
+        raise ValueError(
+            f"train.phases='two_phase' needs a multi-stream model, but model.name="
+            f"{model.get('name')!r}: use train.phases='single' for single-stream networks"
+        )
+    names = stream_names(config)
+    unknown = sorted(set(model.get("streams") or {}) - set(STREAM_NAMES))
+    if unknown or not names:
+        raise ValueError(
+            f"model.streams {sorted(model.get('streams') or {})} is invalid: give streams named "
+            f"among {list(STREAM_NAMES)}"
+        )
+    if not model.get("freeze_streams", False):
+        raise ValueError(
+            "train.phases='two_phase' trains the head on frozen streams: set "
+            "model.freeze_streams=True (or train.phases='end_to_end' to train everything at once)"
+        )
+    tc = config.train
+    if tc.trainable is None or any(str(p).strip("/").split("/")[0] in names for p in tc.trainable):
+        raise ValueError(
+            f"train.trainable={tc.trainable!r} is invalid for phase 2: with frozen streams only "
+            "the head trains, e.g. train.trainable=('head', 'classifier') (a stream prefix or None "
+            "would let weight decay shrink the frozen streams)"
+        )
+    if tuple(tc.init_from):
+        raise ValueError(
+            f"train.init_from={tuple(tc.init_from)!r} must be empty with train.phases='two_phase':"
+            " phase 2 loads the phase-1 runs itself (point config.phase1.<stream>.workdir at "
+            "existing stream runs to reuse them)"
+        )
+    phase1 = config.get("phase1")
+    missing = [s for s in names if phase1 is None or s not in phase1 or "train" not in phase1[s]]
+    if missing:
+        raise ValueError(
+            f"config.phase1 has no training recipe for the streams {missing}: give "
+            "config.phase1.<stream>.train (a single-stream config's train section) for each of "
+            f"{list(names)}"
+        )
+    extra = sorted(set(phase1) - set(names))
+    if extra:
+        raise ValueError(
+            f"config.phase1 names {extra}, which are not streams of the model {list(names)}"
+        )
+    return names
+
+
+def _check_end_to_end(config) -> None:
+    if config.model.get("name") != "multistream" or config.model.get("freeze_streams", False):
+        raise ValueError(
+            "train.phases='end_to_end' trains a multi-stream network from scratch: it needs "
+            "model.name='multistream' with model.freeze_streams=False"
+        )
+    if config.train.trainable is not None:
+        raise ValueError(
+            f"train.trainable={config.train.trainable!r}: end-to-end training trains every "
+            "parameter; leave train.trainable=None"
+        )
+
+
+def stream_workdir(config, workdir: str, name: str) -> str:
+    """Phase 1's run of stream ``name``: ``config.phase1.<name>.workdir`` or ``DIR/streams/<name>``."""
+    given = config.phase1[name].get("workdir")
+    return os.path.abspath(given or os.path.join(workdir, STREAMS_SUBDIR, name))
+
+
+def stream_config(config, name: str) -> ml_collections.ConfigDict:
+    """The single-stream config of phase 1's stream ``name``.
+
+    Same seed, data and ``multi_host`` as ``config``; model ``config.model.streams.<name>`` (with
+    the multi-stream ``width_divisor`` if one is set, and the resolved ``num_classes``); train
+    ``config.phase1.<name>.train``. Built with the same keys as a single-stream config file, so
+    that a run of, e.g., ``configs/cifar10_e2_ii.py`` with the same data and seed is the same
+    experiment and can be reused through ``config.phase1.<name>.workdir``.
+    """
+    c = ml_collections.ConfigDict()
+    c.seed = config.seed
+    c.multi_host = config.get("multi_host", False)
+    c.data = _copy(config.data)
+    model = _copy(config.model.streams[name])
+    with model.unlocked():
+        if config.model.get("width_divisor") is not None:
+            model.width_divisor = float(config.model.width_divisor)
+        if model.get("num_classes") is None:
+            model.num_classes = _num_classes(config)
+    c.model = model
+    c.train = _copy(config.phase1[name].train)
+    with c.train.unlocked():
+        c.train.phases = "single"
+    return c
+
+
+def head_config(config, workdir: str) -> ml_collections.ConfigDict:
+    """Phase 2's config: ``config`` with ``train.init_from`` = every stream's phase-1 run (whole
+    variable trees, copied under the stream's name; their classifiers are left out)."""
+    c = config.copy_and_resolve_references()
+    with c.unlocked():
+        c.train.init_from = tuple(
+            (stream_workdir(config, workdir, s), "", s) for s in stream_names(config)
+        )
+        if c.model.get("num_classes") is None:
+            c.model.num_classes = _num_classes(config)
+        if c.model.get("head") == "concat":  # concatenation has no parameters to train
+            c.train.trainable = tuple(p for p in c.train.trainable if p.strip("/") != "head")
+    return c
+
+
+# ----------------------------------------------------------------------------- finished runs
+
+
+def finished_results(config, workdir: str) -> dict | None:
+    """The results of a finished run of ``config`` in ``workdir``, else None.
+
+    Finished: ``results.json`` records ``train.num_epochs`` epochs and the newest checkpoint is
+    its last step. A workdir holding another config's checkpoints raises the trainer's
+    ValueError (nothing is touched).
+    """
+    stored = checkpoint.read_config(workdir)
+    if stored is None:
+        return None
+    train.check_resume_config(stored, config, workdir)
+    path = os.path.join(workdir, RESULTS_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            results = json.load(f)
+    except (OSError, ValueError):
+        return None  # cut short: the run finishes again (it resumes from its checkpoint)
+    steps = checkpoint.list_steps(workdir)
+    if results.get("epochs") != config.train.num_epochs or not steps:
+        return None
+    if results.get("steps") != steps[-1]:
+        return None
+    return results
+
+
+# ----------------------------------------------------------------------------- check and run
+
+
+def check(config, workdir: str) -> Plan:
+    """Validate every phase of the command before any compute (contract 4); returns the plan.
+
+    Raises ValueError (and its subclasses :class:`invjax.checkpoint.CheckpointError`,
+    :class:`invjax.data.DatasetNotPreparedError`) naming the first bad value. Writes nothing.
+    Phase 2 is prepared without its phase-1 sources while those are not finished (everything
+    else about it is checked).
+    """
+    phases = phases_of(config)
+    if phases == "end_to_end":
+        _check_end_to_end(config)
+    if phases != "two_phase":
+        exp = train.prepare(config, workdir)
+        return Plan(phases, config, workdir, [Stage("run", config, workdir, experiment=exp)])
+    workdir = os.path.abspath(workdir)
+    names = _check_two_phase(config)
+    stages = []
+    for name in names:
+        cfg, wd = stream_config(config, name), stream_workdir(config, workdir, name)
+        done = finished_results(cfg, wd)
+        if done is None:
+            train.prepare(cfg, wd)  # checks the stream's config, data, model and checkpoints
+        stages.append(Stage(name, cfg, wd, done))
+    cfg = head_config(config, workdir)
+    done = finished_results(cfg, workdir)
+    if done is None:
+        streams_done = all(s.results is not None for s in stages)
+        train.prepare(cfg, workdir, load_sources=streams_done)
+    stages.append(Stage("head", cfg, workdir, done))
+    return Plan(phases, config, workdir, stages)
+
+
+def _say(message: str) -> None:
+    if jax.process_index() == 0:
+        print(message, flush=True)
+
+
+def _error(results) -> str:
+    e = results.get("test_error")
+    return f"{e:.2f}%" if isinstance(e, int | float) and math.isfinite(e) else "n/a"
+
+
+def _write_results(workdir: str, results: dict) -> None:
+    if jax.process_index() == 0:
+        path = os.path.join(workdir, RESULTS_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(results, f, indent=2, default=str)
+        os.replace(path + ".tmp", path)
+
+
+def execute(plan: Plan, say: Callable[[str], None] = _say, record: dict | None = None) -> dict:
+    """Run the stages of a checked plan (reusing finished ones); returns the final results.
+
+    ``record``: extra entries for ``results.json`` (``invjax.main`` records the config file and
+    the command-line overrides there, for :mod:`invjax.report`); phase-1 runs get them too, with
+    ``stream``, unless they already carry a record of their own (a reused standalone run).
+    """
+    record = dict(record or {})
+    if plan.phases != "two_phase":
+        results = train.run(plan.stages[0].experiment)
+        if record:
+            results.update(record)
+            _write_results(plan.workdir, results)
+        return results
+    n = len(plan.stages) - 1
+    for i, stage in enumerate(plan.stages):
+        where = f"[{i + 1}/{n + 1}] {stage.label} in {stage.workdir}"
+        if stage.results is not None:
+            say(f"{where}: finished before, reused (test_error={_error(stage.results)})")
+            continue
+        say(f"{where}")
+        try:
+            exp = train.prepare(stage.config, stage.workdir)
+        except ValueError as e:  # CheckpointError too
+            raise StageError(f"{stage.label} in {stage.workdir} cannot start: {e}") from e
+        stage.results = train.run(exp)
+        if record and stage.name != "head" and "config_file" not in stage.results:
+            stage.results.update(record, stream=stage.name)
+            _write_results(stage.workdir, stage.results)
+        say(f"{stage.label}: test_error={_error(stage.results)}")
+    return _combine(plan, record)
+
+
+def _combine(plan: Plan, record: dict) -> dict:
+    """Phase 2's results with the phase-1 summary (written to ``DIR/results.json``)."""
+    head = plan.stages[-1].results
+    results = dict(head)
+    # A results.json that was combined before keeps phase 2's own wall time there.
+    phase2_time = head.get("phase2_wall_time_s", head.get("wall_time_s", 0.0))
+    phase1 = {}
+    for s in plan.stages[:-1]:
+        r = s.results
+        phase1[s.name] = {
+            k: r.get(k) for k in ("test_error", "val_error", "params", "wall_time_s", "epochs")
+        }
+        phase1[s.name]["workdir"] = s.workdir
+    results.update(
+        phases=plan.phases,
+        phase1=phase1,
+        phase2_wall_time_s=phase2_time,
+        wall_time_s=phase2_time + sum(v["wall_time_s"] or 0.0 for v in phase1.values()),
+    )
+    results.update(record)
+    _write_results(plan.workdir, results)
+    return results
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+    """Contract 1 minus the command line, for every ``train.phases``."""
+    return execute(check(config, workdir))
