@@ -1,0 +1,26 @@
+"""python -m invjax.main --config=configs/cifar10_e2_ii.py --workdir=runs/cifar10_e2_ii
+
+Table 3, CIFAR-10, single stream, E(2) with II (paper: 2.95% TE).
+
+The E(2)-steerable WRN28-10 (D8, D4, D4 per stage, E(2)-II over D4) with E(2)-II (eq. 5, k=3) as
+the invariant head. Recipe of ``cifar10_std.py``; hyperparameters of the appendix table "HPs on
+CIFAR-10": batch 96, learning rate 0.005, weight decay 0.005, dropout in the model section
+(configs/models.py). Also phase 1's recipe of the E(2) stream in the multi-stream configs.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the siblings next to this file wherever it is run from.
+common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+
+
+def get_config():
+    config = common["get"]("cifar10_std")
+    config.model = common["load"]("models")["e2"]("cifar10", "ii")
+    config.train.batch_size = 96
+    config.train.learning_rate = 0.005
+    config.train.weight_decay = 0.005
+    return config

@@ -1,0 +1,25 @@
+"""python -m invjax.main --config=configs/stl10_e2.py --workdir=runs/stl10_e2
+
+Table 3, STL-10, single stream, E(2) without II (paper: 9.80% TE).
+
+The E(2)-steerable WRN16-8 (D8, D4, D1 per stage, E(2)-II over D1 (flips)) with global average
+pooling instead of II (the baseline of its own paper). Recipe of ``stl10_std.py``;
+hyperparameters: e2cnn's STL-10 recipe (lr 0.1, weight decay 5e-4, batch 128, dropout 0.3).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the siblings next to this file wherever it is run from.
+common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+
+
+def get_config():
+    config = common["get"]("stl10_std")
+    config.model = common["load"]("models")["e2"]("stl10", "pool")
+    config.train.batch_size = 128
+    config.train.learning_rate = 0.1
+    config.train.weight_decay = 0.0005
+    return config

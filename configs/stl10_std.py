@@ -1,0 +1,38 @@
+"""python -m invjax.main --config=configs/stl10_std.py --workdir=runs/stl10_std
+
+Table 3, STL-10, single stream, standard convolutions (the baseline; paper: 12.02% TE).
+
+WRN16-8 with global average pooling. Also the dataset recipe that every STL-10 config imports: SGD
+with Nesterov momentum 0.9, 1000 epochs, learning rate x0.2 after 300, 400, 600 and 800 epochs,
+random pad-12 crops, horizontal flips and Cutout (appendix C.4). Full data: the whole training
+split trains (``data.val_fraction=0``: the paper's 80:20 split was for the HP search only);
+``--config.data.n_train=N_t`` selects a class-balanced subset. Hyperparameters: the recipe of
+e2cnn / Cutout for STL-10 (lr 0.1, weight decay 5e-4, batch 128, dropout 0.3).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the siblings next to this file wherever it is run from.
+common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+
+
+def get_config():
+    config = common["get"]("base")
+    config.data.name = "stl10"
+    config.data.val_fraction = 0.0
+    config.data.augment = "default"  # crop_flip_cutout
+    config.model = common["load"]("models")["std"]("stl10")
+    config.train.optimizer = "sgd"
+    config.train.momentum = 0.9
+    config.train.nesterov = True
+    config.train.batch_size = 128
+    config.train.learning_rate = 0.1
+    config.train.weight_decay = 0.0005
+    config.train.num_epochs = 1000
+    config.train.lr_boundaries = (300, 400, 600, 800)
+    config.train.lr_decay_factor = 0.2
+    config.train.select_best = False
+    return config

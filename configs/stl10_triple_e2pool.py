@@ -1,0 +1,24 @@
+"""python -m invjax.main --config=configs/stl10_triple_e2pool.py --workdir=runs/stl10_triple_e2pool
+
+Table 4, STL-10 triple stream, E(2) stream without II, Scale stream with II (paper: 7.35% TE).
+
+``stl10_triple.py`` whose E(2) stream ends in global average pooling instead of E(2)-II; phase 1
+trains that stream with its own recipe (``stl10_e2.py``: e2cnn's hyperparameters). The other rows
+of Table 4: ``stl10_triple_scalepool.py`` (E(2)-II, Scale pooling: 6.34%),
+``stl10_triple_e2pool_scalepool.py`` (both pooling: 7.51%) and ``stl10_triple.py`` (both II: 5.90%).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the siblings next to this file wherever it is run from.
+common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+
+
+def get_config():
+    config = common["get"]("stl10_triple")
+    config.model = common["load"]("models")["triple"]("stl10", "map_e2", e2_head="pool")
+    config.phase1.e2.train = common["get"]("stl10_e2").train
+    return config

@@ -1,0 +1,27 @@
+"""python -m invjax.main --config=configs/svhn_scale_ii.py --workdir=runs/svhn_scale_ii
+
+Table 3, SVHN, single stream, Scale with II (paper: 2.54% TE).
+
+The DISCO scale-equivariant WRN16-4 (3 scales 1, 1.41, 2; kernel 5, effective size 3) with
+Scale-II WS (eq. 7, k=3) and BatchNorm as the invariant head. Recipe of ``svhn_std.py``;
+hyperparameters of the appendix table "HPs used for SVHN experiments": batch 128, learning rate
+0.2, weight decay 0.0001, dropout in the model section (configs/models.py). Also phase 1's recipe
+of the Scale stream in the multi-stream configs.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the siblings next to this file wherever it is run from.
+common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+
+
+def get_config():
+    config = common["get"]("svhn_std")
+    config.model = common["load"]("models")["scale"]("svhn", "ii")
+    config.train.batch_size = 128
+    config.train.learning_rate = 0.2
+    config.train.weight_decay = 0.0001
+    return config

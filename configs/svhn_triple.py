@@ -1,0 +1,38 @@
+"""python -m invjax.main --config=configs/svhn_triple.py --workdir=runs/svhn_triple
+
+Table 3, SVHN, II Triple (Scale, E(2) & Std.; paper: 2.10% TE).
+
+Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale, std) is its own run in
+``DIR/streams/<stream>`` with its own recipe (``svhn_e2_ii.py``, ``svhn_scale_ii.py``,
+``svhn_std.py``). Phase 2 in ``DIR``: the streams are loaded and frozen; the Map-E(2) head (each
+stream's invariant features mapped to the E(2) stream's width, weighted sum) and the classifier
+train with the appendix table "Classification head HPs on SVHN": batch 128, learning rate 0.01,
+weight decay 0.0001, and the recipe's epochs and schedule divided by 4 (40 epochs). Other heads
+(appendix A.1): ``--config.model.head=concat|map_scale|map_std|map_all`` (phase 1 is the same).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the siblings next to this file wherever it is run from.
+common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+
+
+def get_config():
+    config = common["get"]("svhn_std")
+    model = common["load"]("models")["triple"]("svhn", "map_e2")
+    return common["two_phase"](
+        config,
+        model,
+        {
+            "e2": common["get"]("svhn_e2_ii"),
+            "scale": common["get"]("svhn_scale_ii"),
+            "std": common["get"]("svhn_std"),
+        },
+        batch_size=128,
+        learning_rate=0.01,
+        weight_decay=0.0001,
+        epoch_divisor=4,
+    )

@@ -1,0 +1,209 @@
+"""Every experiment config file: it loads, its docstring starts with the command that runs it, its
+model builds and initialises (abstractly, at a tiny width), its values pass the trainer's and the
+data layer's checks, and it encodes the paper's recipe. Multi-stream configs are valid two-phase
+experiments whose phase-1 runs are exactly the single-stream configs."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import runpy
+
+import chex
+import jax
+import jax.numpy as jnp
+import pytest
+
+from invjax import data, experiment, models, train
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+HELPERS = ("common", "models")  # configs/ files that are not experiments
+FILES = sorted(p for p in CONFIGS.glob("*.py") if p.stem not in HELPERS)
+NAMES = [p.stem for p in FILES]
+
+
+def get(name):
+    return runpy.run_path(str(CONFIGS / f"{name}.py"))["get_config"]()
+
+
+def tiny(model):
+    """The same architecture at a tiny width (depth 10 WRNs, 4-channel stems)."""
+    m = model.copy_and_resolve_references()
+    with m.unlocked():
+        if m.name == "wrn":
+            m.depth, m.widen_factor, m.stem_width = 10, 1, 4
+        elif m.name == "mnist":
+            m.widths, m.hidden = (4, 4, 4), 8
+        elif m.name == "cnn":
+            m.width = 4
+        elif m.name == "multistream":
+            for s in list(m.streams):
+                m.streams[s] = tiny(m.streams[s])
+        if m.get("num_classes") is None:
+            m.num_classes = 10
+    return m
+
+
+def test_every_experiment_of_the_paper_has_a_config():
+    for ds in ("svhn", "cifar10", "stl10"):  # Table 3
+        for row in ("std", "e2", "e2_ii", "scale", "scale_ii", "dual", "dual_star"):
+            assert f"{ds}_{row}" in NAMES
+        assert f"{ds}_triple" in NAMES and f"{ds}_triple_star" in NAMES
+    for v in ("cnn", "ses", "disco", "ii_disco_monomials", "ii_disco_ws"):  # Table 2
+        assert f"mnist_{v}" in NAMES
+    for v in ("e2pool", "scalepool", "e2pool_scalepool"):  # Table 4
+        assert f"stl10_triple_{v}" in NAMES
+    assert "stl10_dual_star_end_to_end" in NAMES  # appendix A.2
+    for v in ("std", "e2", "scale", "dual", "triple"):  # offline
+        assert f"digits_{v}" in NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_loads_names_its_command_and_builds(name):
+    module = runpy.run_path(str(CONFIGS / f"{name}.py"))
+    first = module["__doc__"].strip().splitlines()[0]
+    assert first == f"python -m invjax.main --config=configs/{name}.py --workdir=runs/{name}"
+    config = module["get_config"]()
+    data.check_config(config.data)
+    train.validate_train_config(config.train)
+    phases = experiment.phases_of(config)
+    model = models.build(tiny(config.model))
+    shape = data.DATASETS[config.data.name][0]
+    x = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
+    logits, variables = jax.eval_shape(
+        lambda z: model.init_with_output({"params": jax.random.PRNGKey(0)}, z, train=False), x
+    )
+    chex.assert_shape(logits, (2, 10))
+    if phases == "two_phase":
+        names = experiment._check_two_phase(config)
+        assert set(names) <= set(variables["params"])
+        for s in names:
+            train.validate_train_config(experiment.stream_config(config, s).train)
+    elif phases == "end_to_end":
+        experiment._check_end_to_end(config)
+
+
+# ----------------------------------------------------------------------------- the paper's recipes
+
+# dataset: (optimizer, nesterov, epochs, boundaries, factor, augmentation, head epoch divisor)
+RECIPES = {
+    "svhn": ("sgd", False, 160, (80, 120), 0.1, "none", 4),
+    "cifar10": ("sgd", False, 200, (60, 120, 160), 0.2, "crop_flip", 4),
+    "stl10": ("sgd", True, 1000, (300, 400, 600, 800), 0.2, "crop_flip_cutout", 10),
+}
+# (config, batch, learning rate, weight decay, dropout): the appendix's HP tables of the II
+# streams, the baselines' own recipes for the others.
+HPS = [
+    ("svhn_e2_ii", 128, 5e-3, 5e-3, 0.5),
+    ("svhn_scale_ii", 128, 0.2, 1e-4, 0.4),
+    ("svhn_std", 128, 0.01, 5e-4, 0.4),
+    ("cifar10_e2_ii", 96, 5e-3, 5e-3, 0.1),
+    ("cifar10_scale_ii", 128, 0.1, 5e-4, 0.2),
+    ("cifar10_std", 128, 0.1, 5e-4, 0.3),
+    ("stl10_e2_ii", 96, 2e-3, 1e-2, 0.1),
+    ("stl10_scale_ii", 96, 0.02, 1e-3, 0.25),
+    ("stl10_std", 128, 0.1, 5e-4, 0.3),
+    ("stl10_scale", 64, 0.05, 1e-3, 0.3),
+]
+HEAD_HPS = {"svhn": (128, 0.01, 1e-4), "cifar10": (128, 0.01, 1e-3), "stl10": (128, 0.01, 1e-4)}
+
+
+@pytest.mark.parametrize("name,batch,lr,wd,dropout", HPS)
+def test_single_stream_hyperparameters(name, batch, lr, wd, dropout):
+    config = get(name)
+    ds = name.split("_")[0]
+    opt, nesterov, epochs, bounds, factor, aug, _ = RECIPES[ds]
+    tc = config.train
+    assert (tc.optimizer, tc.momentum, bool(tc.nesterov)) == (opt, 0.9, nesterov)
+    assert (tc.num_epochs, tuple(tc.lr_boundaries), tc.lr_decay_factor) == (epochs, bounds, factor)
+    assert (tc.batch_size, tc.learning_rate, tc.weight_decay) == (batch, lr, wd)
+    assert config.model.dropout == dropout
+    assert data.check_config(config.data)["augment"] == aug
+    # Full data trains on the whole training split (the 80:20 split was for the HP search).
+    assert config.data.val_fraction == 0.0 and config.data.n_train == 0
+
+
+@pytest.mark.parametrize("ds", sorted(RECIPES))
+@pytest.mark.parametrize("kind", ["dual", "dual_star", "triple", "triple_star"])
+def test_two_phase_configs_follow_the_paper(ds, kind):
+    config = get(f"{ds}_{kind}")
+    opt, nesterov, epochs, bounds, factor, aug, div = RECIPES[ds]
+    tc = config.train
+    assert tc.phases == "two_phase" and tuple(tc.trainable) == ("head", "classifier")
+    assert config.model.freeze_streams and config.model.head == "map_e2"
+    # Phase 2: the head HP table, the recipe's epochs and boundaries divided by 4 or 10.
+    assert (tc.batch_size, tc.learning_rate, tc.weight_decay) == HEAD_HPS[ds]
+    assert (tc.optimizer, bool(tc.nesterov), tc.lr_decay_factor) == (opt, nesterov, factor)
+    assert tc.num_epochs * div == epochs
+    assert tuple(b * div for b in tc.lr_boundaries) == bounds
+    streams = ("e2", "scale", "std") if kind.startswith("triple") else ("e2", "scale")
+    assert experiment.stream_names(config) == streams
+    files = {"e2": f"{ds}_e2_ii", "scale": f"{ds}_scale_ii", "std": f"{ds}_std"}
+    for s in streams:
+        own = get(files[s])
+        phase1 = experiment.stream_config(config, s)
+        a, b = train._flat_config(phase1), train._flat_config(own)
+        diff = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+        if kind.endswith("star"):  # the constant-parameter streams: widths / sqrt(n_streams)
+            assert diff == {"model.width_divisor"}
+            assert phase1.model.width_divisor == pytest.approx(math.sqrt(len(streams)))
+        else:  # the same experiment as the single-stream config: reusable as phase 1
+            assert diff == set()
+
+
+def test_table4_and_end_to_end_variants():
+    base = get("stl10_triple")
+    for name, pool in (
+        ("stl10_triple_e2pool", ("e2",)),
+        ("stl10_triple_scalepool", ("scale",)),
+        ("stl10_triple_e2pool_scalepool", ("e2", "scale")),
+    ):
+        config = get(name)
+        for s in ("e2", "scale", "std"):
+            want = "pool" if s in pool or s == "std" else "ii"
+            assert config.model.streams[s].head == want
+            own = get({"e2": "stl10_e2", "scale": "stl10_scale"}[s]) if s in pool else None
+            if own is not None:  # the pooling stream trains with its baseline's recipe
+                assert config.phase1[s].train.to_dict() == own.train.to_dict()
+            else:
+                assert config.phase1[s].train.to_dict() == base.phase1[s].train.to_dict()
+        assert config.train.to_dict() == base.train.to_dict()
+    e2e = get("stl10_dual_star_end_to_end")
+    assert e2e.train.phases == "end_to_end" and not e2e.model.freeze_streams
+    assert e2e.train.trainable is None and e2e.train.num_epochs == 1000
+    assert experiment.stream_names(e2e) == ("e2", "scale")
+    for s in ("e2", "scale"):
+        assert e2e.model.streams[s].width_divisor == pytest.approx(math.sqrt(2))
+
+
+@pytest.mark.parametrize(
+    "name,lr,wd",
+    [
+        ("mnist_cnn", 0.01, 0.0),
+        ("mnist_ses", 0.01, 0.0),
+        ("mnist_disco", 0.01, 0.0),
+        ("mnist_ii_disco_ws", 5e-3, 5e-7),
+        ("mnist_ii_disco_monomials", 1e-3, 5e-6),
+    ],
+)
+def test_scaled_mnist_recipe(name, lr, wd):
+    config = get(name)
+    tc = config.train
+    assert (
+        config.data.name == "mnist_scale" and data.check_config(config.data)["augment"] == "scale"
+    )
+    assert (tc.optimizer, tc.batch_size, tc.num_epochs) == ("adam", 128, 60)
+    assert (tuple(tc.lr_boundaries), tc.lr_decay_factor) == ((20, 40), 0.1)
+    assert (tc.learning_rate, tc.weight_decay, tc.select_best) == (lr, wd, True)
+
+
+def test_heads_ablation_is_an_override():
+    """Appendix A.1's heads: ``--config.model.head=...`` on a multi-stream config; the concat
+    head has no parameters, so phase 2 then trains the classifier alone."""
+    config = get("stl10_triple")
+    for head in ("concat", "map_e2", "map_scale", "map_std", "map_all"):
+        c = config.copy_and_resolve_references()
+        c.model.head = head
+        models.build(tiny(c.model))  # a valid head for the triple stream
+        trainable = experiment.head_config(c, "/tmp/w").train.trainable
+        assert trainable == (("classifier",) if head == "concat" else ("head", "classifier"))
