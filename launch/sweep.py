@@ -1,0 +1,374 @@
+"""The paper's sweeps as lists of ``python -m invjax.main`` commands: variants x N_t x seeds.
+
+    python launch/sweep.py EXPERIMENT [EXPERIMENT ...] [--sizes paper|full|N,N,...]
+        [--seeds paper|S,S,...] [--runs-dir runs] [--set KEY=VALUE ...]
+        (--dry-run | --local | --slurm FILE [--nodes N --gpus-per-node G --time T ...])
+
+EXPERIMENT is a config name (``cifar10_triple``) or a group:
+
+==============  ================================================================================
+table2          Scaled-MNIST (Table 2): mnist_cnn, mnist_ses, mnist_disco, mnist_ii_disco_monomials,
+                mnist_ii_disco_ws
+table3:DATASET  the nine rows of Table 3 for svhn | cifar10 | stl10: std, e2, scale, e2_ii,
+                scale_ii, dual_star, dual, triple_star, triple (``table3`` = all three datasets)
+table4          STL-10 triple streams with and without II (Table 4)
+heads           STL-10 triple stream with each combination head (appendix A.1)
+end_to_end      STL-10 dual* trained end to end and in two phases (appendix A.2)
+digits          the offline digits_* configs
+==============  ================================================================================
+
+Sizes (``--sizes paper``, the default; paper Section 5): Scaled-MNIST N_t in {10, 50, 100, 500,
+1k, 5k, 10k, 12k} where 10k is the whole training split and 12k pools training and validation
+(``data.val_fraction=0``, no best-epoch selection); SVHN and CIFAR-10 {100, 500, 1k, 5k, 10k, 50k}
+(CIFAR-10's 50k is the whole training set); STL-10 the full 5k only (the paper has no STL-10
+curves); digits {100, 500, all 1079}. ``--sizes full`` runs the whole training split only;
+``--sizes 100,1000`` given sizes (0 = whole split). Note: SVHN's 50k cannot be class-balanced (the
+core training split has 4,659 nines; invjax's subsets have N_t / 10 images per class) and stops
+with that message; the whole SVHN training set is ``--sizes full``.
+
+Seeds (``--seeds paper``): Scaled-MNIST's six realisations 0..5 (``data.realisation`` = ``seed``:
+"mean and standard deviation over the six pre-defined data splits"), else seeds 0, 1, 2 (the
+paper reports mean +- std without saying how many).
+
+Run directories: ``RUNS/<experiment>/n<N_t>_s<seed>`` (``nfull`` for the whole split), which
+``python -m invjax.report RUNS`` aggregates.
+
+Phase-1 reuse: within one point (N_t, seed), a multi-stream run whose stream has exactly the
+config of a single-stream run in the sweep (e.g. the E(2) stream of ``cifar10_triple`` and
+``cifar10_e2_ii``), or of a stream of an earlier multi-stream run (the heads ablation), gets
+``--config.phase1.<stream>.workdir=`` that run's directory and reuses it instead of training the
+stream again. Commands of a point therefore run in order (single-stream first), one SLURM array
+task per point; ``--no-share`` gives every multi-stream run private streams.
+
+Output: ``--dry-run`` prints the commands (one per line); ``--local`` runs them here, one after the
+other (a failed command does not stop the rest; the failures are listed at the end); ``--slurm
+FILE`` writes the array job ``FILE`` from ``launch/slurm.sh.template`` and its command list
+``FILE.commands`` for GPU clusters, multi-node with ``--nodes`` (``jax.distributed`` from SLURM's
+environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import os
+import pathlib
+import runpy
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+TEMPLATE = pathlib.Path(__file__).resolve().with_name("slurm.sh.template")
+
+TABLE3_ROWS = (
+    "std",
+    "e2",
+    "scale",
+    "e2_ii",
+    "scale_ii",
+    "dual_star",
+    "dual",
+    "triple_star",
+    "triple",
+)
+HEADS = ("concat", "map_e2", "map_scale", "map_std", "map_all")
+GROUPS: dict[str, list[tuple[str, dict]]] = {
+    "table2": [
+        (f"mnist_{v}", {}) for v in ("cnn", "ses", "disco", "ii_disco_monomials", "ii_disco_ws")
+    ],
+    **{
+        f"table3:{ds}": [(f"{ds}_{row}", {}) for row in TABLE3_ROWS]
+        for ds in ("svhn", "cifar10", "stl10")
+    },
+    "table4": [
+        ("stl10_triple_e2pool_scalepool", {}),
+        ("stl10_triple_e2pool", {}),
+        ("stl10_triple_scalepool", {}),
+        ("stl10_triple", {}),
+    ],
+    "heads": [("stl10_triple", {"model.head": h}) for h in HEADS],
+    "end_to_end": [("stl10_dual_star", {}), ("stl10_dual_star_end_to_end", {})],
+    "digits": [(f"digits_{v}", {}) for v in ("std", "e2", "scale", "dual", "triple")],
+}
+GROUPS["table3"] = [e for ds in ("svhn", "cifar10", "stl10") for e in GROUPS[f"table3:{ds}"]]
+
+# dataset -> [(label, overrides)] of the paper's training sizes.
+_MNIST_FULL = {"data.n_train": 0}
+_MNIST_POOLED = {"data.n_train": 0, "data.val_fraction": 0.0, "train.select_best": False}
+PAPER_SIZES: dict[str, list[tuple[str, dict]]] = {
+    "mnist_scale": [
+        *((f"n{n}", {"data.n_train": n}) for n in (10, 50, 100, 500, 1000, 5000)),
+        ("n10000", _MNIST_FULL),
+        ("n12000", _MNIST_POOLED),
+    ],
+    "svhn_cropped": [(f"n{n}", {"data.n_train": n}) for n in (100, 500, 1000, 5000, 10000, 50000)],
+    "cifar10": [
+        *((f"n{n}", {"data.n_train": n}) for n in (100, 500, 1000, 5000, 10000)),
+        ("n50000", {"data.n_train": 0}),
+    ],
+    "stl10": [("nfull", {"data.n_train": 0})],
+    "scaled_digits": [("n100", {"data.n_train": 100}), ("n500", {"data.n_train": 500})]
+    + [("nfull", {"data.n_train": 0})],
+}
+PAPER_SEEDS = {"mnist_scale": (0, 1, 2, 3, 4, 5)}
+DEFAULT_SEEDS = (0, 1, 2)
+
+
+@dataclasses.dataclass
+class Run:
+    """One command of the sweep."""
+
+    experiment: str  # directory name: config stem plus its variant overrides
+    config: str  # config stem
+    overrides: dict  # --config.KEY=VALUE, in order
+    point: tuple[str, int]  # (size label, seed)
+    workdir: str
+    multi: bool = False
+
+    def command(self, python: str = "python") -> str:
+        parts = [python, "-m", "invjax.main", f"--config=configs/{self.config}.py"]
+        parts.append(f"--workdir={self.workdir}")
+        parts += [f"--config.{k}={_fmt(v)}" for k, v in self.overrides.items()]
+        return shlex.join(parts)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool | int | float):
+        return str(value)
+    if isinstance(value, tuple):
+        return "(" + "".join(f"{_fmt(v)}," for v in value) + ")"
+    return str(value)
+
+
+def _parse_value(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def expand(names: Sequence[str]) -> list[tuple[str, dict]]:
+    """Experiment names and groups -> ``[(config stem, variant overrides)]`` (duplicates once)."""
+    out: list[tuple[str, dict]] = []
+    for name in names:
+        if name in GROUPS:
+            items = GROUPS[name]
+        elif (CONFIGS / f"{name}.py").is_file() and name not in ("base", "common", "models"):
+            items = [(name, {})]
+        else:
+            configs = sorted(
+                p.stem for p in CONFIGS.glob("*.py") if p.stem not in ("base", "common", "models")
+            )
+            raise ValueError(
+                f"experiment {name!r} is neither a group {sorted(GROUPS)} nor a config {configs}"
+            )
+        for item in items:
+            if item not in out:
+                out.append(item)
+    return out
+
+
+def load_config(stem: str, overrides: dict):
+    """``configs/<stem>.py``'s config with ``overrides`` applied as the command line would."""
+    config = runpy.run_path(str(CONFIGS / f"{stem}.py"))["get_config"]()
+    for key, value in overrides.items():
+        *path, last = key.split(".")
+        node = config
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return config
+
+
+def variant_name(stem: str, variant: dict) -> str:
+    return stem + "".join(f"-{k.split('.')[-1]}_{_fmt(v)}" for k, v in variant.items())
+
+
+def build(
+    names: Sequence[str],
+    sizes: str = "paper",
+    seeds: str = "paper",
+    runs_dir: str = "runs",
+    extra: dict | None = None,
+    share: bool = True,
+) -> list[Run]:
+    """The sweep's runs, ordered by point (size, seed) and, within one, single-stream first."""
+    from invjax import experiment  # the same stream configs as the runs will compute
+
+    extra = dict(extra or {})
+    runs: list[Run] = []
+    for stem, variant in expand(names):
+        base = load_config(stem, {**variant, **extra})
+        dataset = base.data.name
+        if sizes == "paper":
+            size_list = PAPER_SIZES.get(dataset, [("nfull", {"data.n_train": 0})])
+        elif sizes == "full":
+            size_list = [("nfull", {"data.n_train": 0})]
+        else:
+            ns = [int(s) for s in sizes.split(",") if s.strip()]
+            size_list = [(f"n{n}" if n else "nfull", {"data.n_train": n}) for n in ns]
+        if seeds == "paper":
+            seed_list = PAPER_SEEDS.get(dataset, DEFAULT_SEEDS)
+        else:
+            seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
+        realisations = dataset in ("mnist_scale", "scaled_digits") and seeds == "paper"
+        name = variant_name(stem, variant)
+        multi = experiment.phases_of(base) == "two_phase"
+        for label, size_ov in size_list:
+            for seed in seed_list:
+                ov = {**variant, **size_ov, "seed": seed}
+                if realisations:
+                    ov["data.realisation"] = seed
+                ov.update(extra)
+                workdir = os.path.join(runs_dir, name, f"{label}_s{seed}")
+                runs.append(Run(name, stem, ov, (label, seed), workdir, multi))
+    points = list(dict.fromkeys(r.point for r in runs))
+    ordered = []
+    for p in points:
+        here = [r for r in runs if r.point == p]
+        here = [r for r in here if not r.multi] + [r for r in here if r.multi]
+        if share:
+            _share_streams(here, experiment)
+        ordered += here
+    return ordered
+
+
+def _key(config) -> str:
+    return config.to_json_best_effort(sort_keys=True)
+
+
+def _share_streams(runs: list[Run], experiment) -> None:
+    """Point multi-stream runs' phase 1 at identical runs of the same point (see the docstring)."""
+    owners: dict[str, str] = {}
+    for run in runs:
+        config = load_config(run.config, run.overrides)
+        if not run.multi:
+            owners.setdefault(_key(config), run.workdir)
+            continue
+        for s in experiment.stream_names(config):
+            key = _key(experiment.stream_config(config, s))
+            if key in owners:
+                run.overrides[f"phase1.{s}.workdir"] = owners[key]
+            else:
+                owners[key] = os.path.join(run.workdir, experiment.STREAMS_SUBDIR, s)
+
+
+def by_point(runs: Sequence[Run]) -> list[list[Run]]:
+    points = list(dict.fromkeys(r.point for r in runs))
+    return [[r for r in runs if r.point == p] for p in points]
+
+
+def run_local(runs: Sequence[Run]) -> int:
+    failed = []
+    for i, run in enumerate(runs, 1):
+        cmd = run.command(sys.executable)
+        print(f"[{i}/{len(runs)}] {cmd}", flush=True)
+        t = time.perf_counter()
+        status = subprocess.call(shlex.split(cmd), cwd=REPO)
+        print(f"[{i}/{len(runs)}] exit {status} after {time.perf_counter() - t:.0f} s", flush=True)
+        if status:
+            failed.append(cmd)
+    if failed:
+        print(f"{len(failed)} of {len(runs)} commands failed:", *failed, sep="\n  ")
+    return 1 if failed else 0
+
+
+def write_slurm(runs: Sequence[Run], path: str, args) -> tuple[str, str]:
+    """Write the array script ``path`` and its command list ``path.commands``."""
+    groups = by_point(runs)
+    commands_file = os.path.abspath(path + ".commands")
+    with open(commands_file, "w") as f:
+        for group in groups:
+            f.write(" ;; ".join(r.command("python") for r in group) + "\n")
+    log_dir = os.path.abspath(args.log_dir or os.path.join(os.path.dirname(path) or ".", "logs"))
+    os.makedirs(log_dir, exist_ok=True)
+    text = TEMPLATE.read_text().format(
+        n_commands=len(runs),
+        n_tasks=len(groups),
+        script=path,
+        commands_file=commands_file,
+        job_name=args.job_name,
+        last_task=len(groups) - 1,
+        max_parallel=args.max_parallel,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        cpus_per_task=args.cpus_per_task,
+        time=args.time,
+        log_dir=log_dir,
+        partition_line=f"#SBATCH --partition={args.partition}" if args.partition else "",
+        repo=REPO,
+        setup=args.setup or "",
+        multi_host=" --config.multi_host=True" if args.nodes > 1 else "",
+    )
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+    return path, commands_file
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python launch/sweep.py",
+        description="Build the paper's sweeps (see the module docstring).",
+    )
+    parser.add_argument("experiments", nargs="+", help="config names or groups")
+    parser.add_argument("--sizes", default="paper", help="paper | full | N,N,... (0 = whole)")
+    parser.add_argument("--seeds", default="paper", help="paper | S,S,...")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="extra config override"
+    )
+    parser.add_argument("--no-share", action="store_true", help="no phase-1 reuse across runs")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--dry-run", action="store_true", help="print the commands")
+    mode.add_argument("--local", action="store_true", help="run them here, one after another")
+    mode.add_argument("--slurm", metavar="FILE", help="write a SLURM array script")
+    slurm = parser.add_argument_group("SLURM")
+    slurm.add_argument("--job-name", default="invjax")
+    slurm.add_argument("--nodes", type=int, default=1)
+    slurm.add_argument("--gpus-per-node", type=int, default=1)
+    slurm.add_argument("--cpus-per-task", type=int, default=8)
+    slurm.add_argument("--time", default="48:00:00")
+    slurm.add_argument("--partition", default=None)
+    slurm.add_argument("--max-parallel", type=int, default=16)
+    slurm.add_argument("--log-dir", default=None)
+    slurm.add_argument(
+        "--setup", default=None, help="shell line run first, e.g. 'source .venv/bin/activate'"
+    )
+    args = parser.parse_args(argv)
+    extra = {}
+    for item in args.set:
+        key, sep, value = item.removeprefix("--config.").partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        extra[key] = _parse_value(value)
+    try:
+        runs = build(
+            args.experiments, args.sizes, args.seeds, args.runs_dir, extra, not args.no_share
+        )
+    except (ValueError, KeyError, AttributeError, TypeError) as e:
+        print(f"sweep: error: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for run in runs:
+            print(run.command())
+        print(f"# {len(runs)} commands, {len(by_point(runs))} points (size, seed)", file=sys.stderr)
+        return 0
+    if args.local:
+        return run_local(runs)
+    script, commands = write_slurm(runs, args.slurm, args)
+    print(
+        f"wrote {script} ({len(runs)} commands in {len(by_point(runs))} array tasks) and {commands}"
+    )
+    print(f"submit: sbatch {script}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""invjax.report on fake runs (grouping, mean +- std, Markdown, the plot's fallback) and the sweep
+builder launch/sweep.py (the paper's sizes and seeds, phase-1 reuse, SLURM script)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from invjax import report
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "launch"))
+import sweep  # noqa: E402
+
+
+def write_run(root, rel, test_error, seed, n_train, config="configs/cifar10_std.py", **extra):
+    d = root / rel
+    d.mkdir(parents=True)
+    results = {
+        "test_error": test_error,
+        "val_error": None,
+        "params": 1000,
+        "n_train": n_train,
+        "seed": seed,
+        "dataset": "cifar10",
+        "wall_time_s": 10.0 * (seed + 1),
+        "config_file": config,
+        "overrides": {"seed": seed, "data.n_train": n_train},
+        **extra,
+    }
+    (d / "results.json").write_text(json.dumps(results))
+    return d
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    for seed, err in zip((0, 1, 2), (10.0, 12.0, 14.0)):
+        write_run(root, f"cifar10_std/n100_s{seed}", err, seed, 100)
+    for seed, err in zip((0, 1), (5.0, 6.0)):
+        write_run(root, f"cifar10_std/n1000_s{seed}", err, seed, 1000)
+    triple = write_run(root, "cifar10_triple/n100_s0", 8.0, 0, 100, "configs/cifar10_triple.py")
+    write_run(triple / "streams", "e2", 9.0, 0, 100, "configs/cifar10_triple.py", stream="e2")
+    # The heads ablation: an override that names another experiment.
+    write_run(
+        root,
+        "cifar10_triple-head_concat/n100_s0",
+        9.5,
+        0,
+        100,
+        "configs/cifar10_triple.py",
+        overrides={"seed": 0, "data.n_train": 100, "model.head": "concat"},
+    )
+    (root / "broken").mkdir()
+    (root / "broken" / "results.json").write_text("{not json")
+    return root
+
+
+def test_groups_runs_and_computes_mean_and_sample_std(runs, capsys):
+    rows = report.aggregate(report.find_results(str(runs)), str(runs))
+    by = {(r["experiment"], r["n_train"]): r for r in rows}
+    assert "unreadable" in capsys.readouterr().err  # the broken results.json is skipped
+    assert set(by) == {
+        ("cifar10_std", 100),
+        ("cifar10_std", 1000),
+        ("cifar10_triple", 100),
+        ("cifar10_triple[model.head=concat]", 100),
+    }
+    std100 = by[("cifar10_std", 100)]
+    # 10, 12, 14: mean 12, sample standard deviation sqrt((4 + 0 + 4) / 2) = 2.
+    assert std100["runs"] == 3 and std100["seeds"] == [0, 1, 2]
+    assert std100["test_error_mean"] == pytest.approx(12.0)
+    assert std100["test_error_std"] == pytest.approx(2.0)
+    assert std100["wall_time_s_mean"] == pytest.approx(20.0)
+    assert by[("cifar10_std", 1000)]["test_error_std"] == pytest.approx(0.5**0.5)
+    single = by[("cifar10_triple", 100)]
+    assert (single["runs"], single["test_error_mean"], single["test_error_std"]) == (1, 8.0, 0.0)
+
+
+def test_stream_runs_only_on_request(runs):
+    names = {
+        r["experiment"] for r in report.aggregate(report.find_results(str(runs), True), str(runs))
+    }
+    assert "cifar10_triple/e2" in names
+
+
+def test_tables_and_the_command_line(runs, capsys):
+    assert report.main([str(runs), "--markdown", "--no-plot"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("| experiment | dataset | n_train | runs | test error [%]")
+    assert "| cifar10_std | cifar10 | 100 | 3 | 12.00 ± 2.00 | n/a | 1000 | 20 |" in out
+    assert len(out) == 2 + 4
+    assert report.main([str(runs), "--no-plot"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].split()[:3] == ["experiment", "dataset", "n_train"]
+    assert any(line.split()[:5] == ["cifar10_std", "cifar10", "1000", "2", "5.50"] for line in text)
+    assert report.main([str(runs.parent / "nothing_here")]) == 2
+
+
+def test_plot_or_a_message_without_matplotlib(runs, tmp_path, capsys):
+    rows = report.aggregate(report.find_results(str(runs)), str(runs))
+    path = report.plot(rows, str(tmp_path / "plot.png"))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert path is None and "matplotlib is not installed" in capsys.readouterr().err
+    else:
+        assert path and os.path.getsize(path) > 1000  # cifar10_std has two sizes: one curve
+
+
+# ----------------------------------------------------------------------------- launch/sweep.py
+
+
+def dry_run(*args):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "launch" / "sweep.py"), *args, "--dry-run"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()
+
+
+def test_sweep_dry_run_lists_table3_with_phase_one_reuse():
+    lines = dry_run("table3:cifar10", "--sizes", "100,50000", "--seeds", "0,1")
+    assert len(lines) == 9 * 2 * 2  # rows x sizes x seeds
+    assert lines[0] == (
+        "python -m invjax.main --config=configs/cifar10_std.py "
+        "--workdir=runs/cifar10_std/n100_s0 --config.data.n_train=100 --config.seed=0"
+    )
+    triple = [x for x in lines if "cifar10_triple.py" in x and "n100_s1" in x]
+    assert len(triple) == 1
+    for stream, own in (
+        ("e2", "cifar10_e2_ii"),
+        ("scale", "cifar10_scale_ii"),
+        ("std", "cifar10_std"),
+    ):
+        assert f"--config.phase1.{stream}.workdir=runs/{own}/n100_s1" in triple[0]
+    # The constant-parameter streams are narrower: never shared with the full ones.
+    star = [x for x in lines if "cifar10_triple_star.py" in x]
+    assert star and not any("phase1" in x for x in star)
+    # Within a point the single-stream runs come first (phase 1 of the others reuses them).
+    point = [x.split("--config=configs/")[1].split(".py")[0] for x in lines if "/n100_s1 " in x]
+    multi = [("dual" in x or "triple" in x) for x in point]
+    assert multi == [False] * 5 + [True] * 4
+    assert "--config.data.n_train=50000" in [x for x in lines if "n50000_s0" in x][0]
+    # The paper's sizes: CIFAR-10's 50k is the whole training split.
+    paper = dry_run("cifar10_std", "--seeds", "0")
+    assert [x.split("--workdir=runs/cifar10_std/")[1].split(" ")[0] for x in paper] == [
+        f"n{n}_s0" for n in (100, 500, 1000, 5000, 10000, 50000)
+    ]
+    assert paper[-1].endswith("--config.data.n_train=0 --config.seed=0")
+
+
+def test_sweep_paper_sizes_and_realisations_for_scaled_mnist():
+    lines = dry_run("mnist_ii_disco_ws")
+    assert len(lines) == 8 * 6
+    sizes = sorted({x.split("--workdir=runs/mnist_ii_disco_ws/")[1].split("_s")[0] for x in lines})
+    assert sizes == sorted(f"n{n}" for n in (10, 50, 100, 500, 1000, 5000, 10000, 12000))
+    pooled = [x for x in lines if "/n12000_s3 " in x][0]
+    assert (
+        "--config.data.val_fraction=0.0" in pooled and "--config.train.select_best=False" in pooled
+    )
+    assert "--config.seed=3" in pooled and "--config.data.realisation=3" in pooled
+
+
+def test_sweep_heads_share_phase_one_and_slurm_script(tmp_path):
+    runs = sweep.build(["heads"], sizes="full", seeds="0")
+    assert [r.overrides["model.head"] for r in runs] == list(sweep.HEADS)
+    first = runs[0].workdir
+    for r in runs[1:]:
+        for s in ("e2", "scale", "std"):
+            assert r.overrides[f"phase1.{s}.workdir"] == os.path.join(first, "streams", s)
+
+    class Args:
+        job_name, nodes, gpus_per_node, cpus_per_task, time = "t", 2, 4, 16, "1:00:00"
+        partition, max_parallel, log_dir, setup = "gpu", 4, str(tmp_path / "logs"), None
+
+    script, commands = sweep.write_slurm(runs, str(tmp_path / "job.sh"), Args)
+    text = open(script).read()
+    assert "#SBATCH --array=0-0%4" in text and "#SBATCH --nodes=2" in text
+    assert "#SBATCH --partition=gpu" in text and "--config.multi_host=True" in text
+    lines = open(commands).read().splitlines()
+    assert len(lines) == 1 and lines[0].count(" ;; ") == len(runs) - 1
+    proc = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_sweep_rejects_unknown_experiments():
+    with pytest.raises(ValueError, match="neither a group"):
+        sweep.expand(["cifar10_quadruple"])
