@@ -1,0 +1,21 @@
+"""python -m invjax.main --config=configs/digits_scale.py --workdir=runs/digits_scale
+
+Offline: the Scale stream of the digits networks, alone (see digits_triple.py).
+
+``digits_std.py``'s WRN10-1 with DISCO scale convolutions (scales 1, 1.41, 2; kernel 5, effective
+size 3) and Scale-II WS (eq. 7, k = 3) followed by BatchNorm.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the siblings next to this file wherever it is run from.
+common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+
+
+def get_config():
+    config = common["get"]("digits_std")
+    config.model = common["load"]("digits_std")["stream"]("scale")
+    return config
