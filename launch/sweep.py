@@ -26,9 +26,10 @@ curves); digits {100, 500, all 1079}. ``--sizes full`` runs the whole training s
 core training split has 4,659 nines; invjax's subsets have N_t / 10 images per class) and stops
 with that message; the whole SVHN training set is ``--sizes full``.
 
-Seeds (``--seeds paper``): Scaled-MNIST's six realisations 0..5 (``data.realisation`` = ``seed``:
-"mean and standard deviation over the six pre-defined data splits"), else seeds 0, 1, 2 (the
-paper reports mean +- std without saying how many).
+Seeds (``--seeds paper``): Scaled-MNIST's six realisations 0..5 ("mean and standard deviation
+over the six pre-defined data splits"), else seeds 0, 1, 2 (the paper reports mean +- std without
+saying how many). On Scaled-MNIST and the scaled digits every seed also picks its realisation
+(``data.realisation`` = ``seed``).
 
 Run directories: ``RUNS/<experiment>/n<N_t>_s<seed>`` (``nfull`` for the whole split), which
 ``python -m invjax.report RUNS`` aggregates.
@@ -216,7 +217,7 @@ def build(
             seed_list = PAPER_SEEDS.get(dataset, DEFAULT_SEEDS)
         else:
             seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
-        realisations = dataset in ("mnist_scale", "scaled_digits") and seeds == "paper"
+        realisations = dataset in ("mnist_scale", "scaled_digits")  # one split per seed
         name = variant_name(stem, variant)
         multi = experiment.phases_of(base) == "two_phase"
         for label, size_ov in size_list:
