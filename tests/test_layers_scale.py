@@ -215,7 +215,7 @@ def test_he_initialisation_of_the_expanded_filter(kind):
     [
         (dict(kernel_size=4), "kernel_size=4"),
         (dict(kernel_size=3, effective_size=5), "effective_size=5"),
-        (dict(scales=(0.5, 1.0)), "every scale must be >= 1"),
+        (dict(scales=(0.5, 1.0)), r"scales=\(0.5, 1.0\) is invalid: expected strictly increasing"),
         (dict(basis="gauss"), "unknown"),
         (dict(stride=3), "stride=3"),
         (dict(kernel_size=7), "no shipped DISCO basis"),

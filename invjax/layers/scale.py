@@ -30,19 +30,10 @@ DEFAULT_SCALES = (1.0, 2**0.5, 2.0)  # the WRN streams: 3 scales, ratio 2**(1/2)
 def _validate(layer: str, features, kernel_size, effective_size, scales, basis, stride):
     if not isinstance(features, int | np.integer) or features < 1:
         raise ValueError(f"{layer}: features={features!r} is invalid: it must be an integer >= 1")
-    if not isinstance(kernel_size, int | np.integer) or kernel_size < 1 or kernel_size % 2 != 1:
-        raise ValueError(f"{layer}: kernel_size={kernel_size!r} is invalid: it must be odd >= 1")
-    if not isinstance(effective_size, int | np.integer) or not 1 <= effective_size <= kernel_size:
-        raise ValueError(
-            f"{layer}: effective_size={effective_size!r} is invalid: it must be an integer in "
-            f"[1, kernel_size={kernel_size}]"
-        )
-    try:
-        sc = tuple(float(s) for s in scales)
-    except TypeError as e:
-        raise ValueError(f"{layer}: scales={scales!r} is invalid: expected floats") from e
-    if not sc or any(not s >= 1.0 for s in sc):
-        raise ValueError(f"{layer}: scales={scales!r} is invalid: every scale must be >= 1")
+    try:  # the basis module owns the (kernel, effective size, scales) rules
+        _, _, sc = scale_bases.check_arguments(kernel_size, effective_size, scales)
+    except ValueError as e:
+        raise ValueError(f"{layer}: {e}") from None
     if basis not in scale_bases.BASES:
         raise ValueError(f"{layer}: basis={basis!r} is unknown: choose one of {scale_bases.BASES}")
     if stride not in (1, 2):

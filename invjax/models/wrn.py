@@ -60,7 +60,6 @@ import math
 from collections.abc import Sequence
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from invjax import groups as G
@@ -75,19 +74,6 @@ HEADS = ("ii", "pool")
 DEPTHS = (10, 16, 22, 28, 34, 40)
 BN_MOMENTUM = 0.9  # Flax convention: running = 0.9 running + 0.1 batch (PyTorch's 0.1)
 BN_EPSILON = 1e-5
-
-
-def warm_group_average_operator(group: G.Group, kernel_size: int, interpolation: str) -> None:
-    """Build (and cache) E(2)-II's constant averaging operator outside any trace.
-
-    :func:`invjax.ops.ii.group_average_operator` converts ``jnp`` results to NumPy, which fails
-    on tracers when it is first called under ``jit`` / ``eval_shape``; evaluating it once at
-    compile time fills its ``lru_cache`` (same positional key as its caller) so traced calls hit it.
-    """
-    from invjax.ops import ii as ii_ops
-
-    with jax.ensure_compile_time_eval():
-        ii_ops.group_average_operator(group, kernel_size, interpolation)
 
 
 def _scale_layers():
@@ -412,7 +398,6 @@ class WideResNet(nn.Module):
             return iil.TranslationInvariantIntegration(c, k, name="ii")(x, train)
         if self.family == "e2":
             group = G.parse_group(self.ii_group or self.groups[-1])
-            warm_group_average_operator(group, k, self.ii_interpolation)
             return iil.E2InvariantIntegration(c, group.name, k, self.ii_interpolation, name="ii")(
                 x, train
             )
