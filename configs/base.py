@@ -20,6 +20,13 @@ def get_config() -> ml_collections.ConfigDict:
     seed = ml_collections.FieldReference(0)
     config.seed = seed
     config.multi_host = False  # call jax.distributed.initialize() (also if JAX_COORDINATOR_ADDRESS)
+    # Arithmetic (invjax/precision.py, README "Precision and the guarantee"): 'default' (the
+    # backend's fastest float32: TF32 on NVIDIA GPUs, not exact there), 'highest' (true float32,
+    # exact everywhere) or 'bf16' (mixed precision convolutions, not exact). Train steps use
+    # `precision`; evaluation and the run's invariance certificate use `eval_precision`, so the
+    # reported errors and the certificate are those of the exactly invariant arithmetic.
+    config.precision = "default"
+    config.eval_precision = "highest"
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "scaled_digits"

@@ -198,6 +198,8 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = config.seed
     c.multi_host = config.get("multi_host", False)
+    c.precision = config.get("precision", "default")
+    c.eval_precision = config.get("eval_precision", "highest")
     c.data = _copy(config.data)
     model = _copy(config.model.streams[name])
     with model.unlocked():

@@ -70,7 +70,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from invjax import compilation_cache
 from invjax import groups as G
+from invjax import precision as P
 
 SCALES: tuple[float, ...] = tuple(round(0.5 + 0.05 * i, 2) for i in range(11))
 TRANSFORMS: tuple[str, ...] = ("rot90", "flip", "rot45", "scale")
@@ -388,8 +390,14 @@ def model_invariance(
     transforms: Sequence[str] = TRANSFORMS,
     n_samples: int = TABLE1_SAMPLES,
     batch_size: int = 128,
+    precision: str = P.EXACT,
 ) -> dict:
-    """Contract 2: ``{transform: {'logits': Delta, 'features': Delta | None}}`` plus metadata."""
+    """Contract 2: ``{transform: {'logits': Delta, 'features': Delta | None}}`` plus metadata.
+
+    Computed under invjax precision ``precision`` (default: the exact one, float32 products on
+    every backend; see :mod:`invjax.precision`), which the result records with the device.
+    """
+    P.check(precision)
     from invjax import models
     from invjax.data import datasets
 
@@ -433,11 +441,13 @@ def model_invariance(
         variables = train.init_variables(model, image_shape, jax.random.PRNGKey(config.seed))
     fn = _model_features(model, variables, mean, std)
     out = {}
-    for t in transforms:
-        delta = invariance_error(fn, images, t, batch_size=batch_size)
-        out[t] = {"logits": delta["logits"], "features": delta.get("features")}
+    with P.scope(precision):
+        for t in transforms:
+            delta = invariance_error(fn, images, t, batch_size=batch_size)
+            out[t] = {"logits": delta["logits"], "features": delta.get("features")}
     return {
         "invariance_error": out,
+        **P.describe(precision),
         "n_images": len(images),
         "model": str(model_cfg.get("name")),
         "variables": "checkpoint" if workdir else "initialised",
@@ -469,14 +479,30 @@ def main(argv=None) -> int:
     flags.DEFINE_string(
         "columns", "input,input_x2,cnn", "Table 1 columns: input, input_x2, cnn.", flag_values=fl
     )
+    flags.DEFINE_string(
+        "precision",
+        P.EXACT,
+        f"Arithmetic of the measurement, one of {list(P.PRECISIONS)} (invjax.precision); the "
+        f"default {P.EXACT!r} is exact on every backend.",
+        flag_values=fl,
+    )
+    flags.DEFINE_string(
+        "compilation_cache",
+        None,
+        "JAX persistent compilation cache directory ('off' disables; invjax.compilation_cache).",
+        flag_values=fl,
+    )
     argv = list(sys.argv if argv is None else argv)
     try:
         fl(argv)
         if fl.table1 == (fl["config"].value is not None):
             raise ValueError("give either --table1 or --config=configs/NAME.py")
+        P.check(fl.precision, "--precision")
+        compilation_cache.enable(fl.compilation_cache)
         if fl.table1:
             start = time.perf_counter()
-            terms = table1_terms(fl.n_samples, fl.seed, fl.columns.split(","))
+            with P.scope(fl.precision):
+                terms = table1_terms(fl.n_samples, fl.seed, fl.columns.split(","))
             readings = {st: aggregate(terms, st) for st in STATISTICS}
             wall = time.perf_counter() - start
             if fl.json:
@@ -491,6 +517,7 @@ def main(argv=None) -> int:
                             "scales": list(SCALES),
                             "seed": fl.seed,
                             "wall_s": round(wall, 1),
+                            **P.describe(fl.precision),
                         }
                     )
                 )
@@ -502,7 +529,12 @@ def main(argv=None) -> int:
             return 0
         images = np.load(fl.images) if fl.images else None
         result = model_invariance(
-            fl["config"].value, fl.workdir, images, parse_transforms(fl.transforms), fl.n_samples
+            fl["config"].value,
+            fl.workdir,
+            images,
+            parse_transforms(fl.transforms),
+            fl.n_samples,
+            precision=fl.precision,
         )
     except (ValueError, flags.Error, FileNotFoundError, OSError) as e:
         print(f"invjax.invariance: error: {e}", file=sys.stderr)
@@ -513,6 +545,7 @@ def main(argv=None) -> int:
         for t, d in result["invariance_error"].items():
             feats = "n/a" if d["features"] is None else f"{d['features']:.3g}"
             print(f"{t:<8} features {feats:>10}   logits {d['logits']:.3g}")
+        print(f"(precision {result['precision']!r} on {result['device_kind']})")
     return 0
 
 

@@ -25,6 +25,12 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file.", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+_CACHE = flags.DEFINE_string(
+    "compilation_cache",
+    None,
+    "Directory of JAX's persistent compilation cache ('off' disables it). Default: "
+    "$INVJAX_COMPILATION_CACHE, else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/invjax/xla.",
+)
 
 
 def _fail(message: str, status: int = 2):
@@ -90,13 +96,14 @@ def _record() -> dict:
 
 def main(argv):
     del argv
-    from invjax import checkpoint, experiment, parallel, train
+    from invjax import checkpoint, compilation_cache, experiment, parallel, train
 
     if _WORKDIR.value is None or _CONFIG.value is None:
         _fail("both --config=configs/NAME.py and --workdir=DIR are required")
     if not flags.FLAGS["verbosity"].present:  # orbax logs every file it writes at INFO
         logging.set_verbosity(logging.WARNING)
     config = _CONFIG.value
+    compilation_cache.enable(_CACHE.value)
     parallel.initialize_distributed(bool(config.get("multi_host", False)))
     try:
         plan = experiment.check(config, _WORKDIR.value)  # every phase, before any compute

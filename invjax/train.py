@@ -43,8 +43,9 @@ import optax
 from absl import logging
 from flax import struct, traverse_util
 
-from invjax import checkpoint, models, parallel
+from invjax import certificate, checkpoint, models, parallel
 from invjax import data as data_lib
+from invjax import precision as P
 from invjax.logging_utils import Reporter
 
 OPTIMIZERS = ("sgd", "adam")
@@ -52,6 +53,7 @@ NON_STATE_COLLECTIONS = ("params", "batch_stats", "intermediates")
 # Keys a resumed run may change (everything else must match the stored config).
 RESUMABLE_KEYS = (
     "multi_host",
+    "eval_precision",
     "data.data_dir",
     "train.num_epochs",
     "train.eval_batch_size",
@@ -352,6 +354,21 @@ def cross_entropy(logits, labels):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
+def in_precision(fn: Callable, name: str) -> Callable:
+    """``fn`` called, and so traced and compiled, under invjax precision ``name``.
+
+    JAX keys its compilation cache on the matmul precision, so each call must be inside the
+    scope: a call outside it would trace the function again with the backend's default.
+    """
+
+    @functools.wraps(fn)
+    def call(*args):
+        with P.scope(name):
+            return fn(*args)
+
+    return call
+
+
 def make_train_step(model, tx, augment: str, mean, std) -> Callable:
     """``train_step(state, images, labels) -> (state, {'loss': mean, 'errors': count})``."""
     mean = np.asarray(mean, np.float32)
@@ -468,6 +485,7 @@ def check_resume_config(stored: dict | None, config, workdir: str) -> None:
     if stored is None:
         return
     old, new = _flat_config(stored), _flat_config(config)
+    old.setdefault("precision", "default")  # runs from before the setting trained like this
     diff = [
         k
         for k in sorted(set(old) | set(new))
@@ -499,6 +517,8 @@ class Experiment:
     restored: checkpoint.Restored | None
     num_params: int
     num_trainable: int
+    precision: str = "default"  # arithmetic of the train steps (invjax.precision)
+    eval_precision: str = P.EXACT  # arithmetic of evaluation and of the certificate
 
 
 def _abstract(tree, sharding):
@@ -523,6 +543,8 @@ def prepare(config, workdir: str, load_sources: bool = True) -> Experiment:
         raise ValueError(f"seed={seed!r} is invalid: it must be an integer >= 0")
     tc = config.train
     validate_train_config(tc)
+    precision = P.check(config.get("precision", "default"), "precision")
+    eval_precision = P.check(config.get("eval_precision", P.EXACT), "eval_precision")
     mesh = parallel.make_mesh()
     parallel.check_batch_size(tc.batch_size, mesh, "train.batch_size")
     parallel.check_batch_size(tc.eval_batch_size, mesh, "train.eval_batch_size")
@@ -604,6 +626,8 @@ def prepare(config, workdir: str, load_sources: bool = True) -> Experiment:
         restored=restored,
         num_params=num_params,
         num_trainable=num_trainable,
+        precision=precision,
+        eval_precision=eval_precision,
     )
 
 
@@ -625,6 +649,8 @@ class _Loop:
     """
 
     def __init__(self, exp: Experiment):
+        self.t_init = time.perf_counter()
+        self.first_step_s = None  # loop start -> first finished step (compilation included)
         self.exp, self.tc, self.ds, self.mesh = exp, exp.config.train, exp.dataset, exp.mesh
         self.primary = jax.process_index() == 0
         self.spe, self.bsz = exp.steps_per_epoch, self.tc.batch_size
@@ -662,12 +688,16 @@ class _Loop:
             log_every_steps=self.tc.log_every_steps or self.spe,
             enabled=self.primary,
         )
-        self.train_step = parallel.jit_train_step(
-            make_train_step(exp.model, exp.tx, self.ds.augment, self.ds.mean, self.ds.std),
-            self.mesh,
+        self.train_step = in_precision(
+            parallel.jit_train_step(
+                make_train_step(exp.model, exp.tx, self.ds.augment, self.ds.mean, self.ds.std),
+                self.mesh,
+            ),
+            exp.precision,
         )
-        self.eval_step = parallel.jit_eval_step(
-            make_eval_step(exp.model, self.ds.mean, self.ds.std), self.mesh
+        self.eval_step = in_precision(
+            parallel.jit_eval_step(make_eval_step(exp.model, self.ds.mean, self.ds.std), self.mesh),
+            exp.eval_precision,
         )
         self.t_start = time.perf_counter()
         self.elapsed0 = float(self.meta["wall_time_s"])
@@ -680,6 +710,8 @@ class _Loop:
     def consume(self, step: int, metrics) -> None:
         """Fetch one step's metrics; stop on a NaN/Inf loss before anything saves that state."""
         m = jax.device_get(metrics)
+        if self.first_step_s is None:
+            self.first_step_s = time.perf_counter() - self.t_init
         loss, errors = float(m["loss"]), int(m["errors"])
         if not math.isfinite(loss):
             kept = self.writer.last_saved
@@ -798,9 +830,13 @@ class _Loop:
             # All segments of a resumed run (up to their last checkpoint) plus this one.
             "wall_time_s": self.elapsed0 + now - self.t_start,
             # Training images per second of this process, compilation and evaluation included.
+            "first_step_s": self.first_step_s,
             "images_per_s": (self.step - self.step0) * self.bsz / max(now - self.t_start, 1e-9),
             "devices": int(self.mesh.devices.size),
             "device_kind": jax.devices()[0].device_kind,
+            "precision": exp.precision,
+            "eval_precision": exp.eval_precision,
+            "certificate": self.certificate(final),
         }
         if self.primary:
             path = os.path.join(exp.workdir, "results.json")
@@ -808,6 +844,20 @@ class _Loop:
                 json.dump(results, f, indent=2)
             os.replace(path + ".tmp", path)
         return results
+
+    def certificate(self, variables) -> dict:
+        """The final model's measured invariance (:mod:`invjax.certificate`) on test images."""
+        images = self.ds.test.images[: certificate.N_IMAGES]
+        images = images.astype(np.float32) / (255.0 if images.dtype == np.uint8 else 1.0)
+        return certificate.certify(
+            self.exp.model,
+            jax.device_get(variables),
+            self.exp.config.model,
+            images,
+            self.ds.mean,
+            self.ds.std,
+            (self.exp.eval_precision, P.EXACT),
+        )
 
     def close(self) -> None:
         self.reporter.close()

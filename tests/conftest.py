@@ -5,6 +5,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from invjax import precision as P
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "precision(name): compute the test under invjax precision `name` instead of the exact one",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _pinned_precision(request):
+    """Every test computes under invjax's exact precision (``P.EXACT``: float32 products on every
+    backend), so exactness bounds hold on GPUs too, where the default arithmetic is TF32; a test
+    marked ``@pytest.mark.precision(name)`` runs under ``name`` instead."""
+    marker = request.node.get_closest_marker("precision")
+    with P.scope(marker.args[0] if marker else P.EXACT):
+        yield
+
 
 @pytest.fixture(scope="session")
 def photo32():

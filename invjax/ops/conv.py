@@ -19,6 +19,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from invjax import precision
+
 DIMENSION_NUMBERS = ("NHWC", "HWIO", "NHWC")
 
 
@@ -58,13 +60,18 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1):
                 )
             kernel = fold_box(kernel)
         pads = ((p, p), (p, p))
+    # Mixed precision (invjax.precision "bf16"): round input and filter elementwise, which commutes
+    # with the grid permutations of 90-degree rotations and flips, and accumulate in float32.
+    dtype = precision.conv_dtype() or x.dtype
+    out_dtype = x.dtype if dtype == x.dtype else jnp.promote_types(x.dtype, jnp.float32)
     return lax.conv_general_dilated(
-        x,
-        kernel.astype(x.dtype),
+        x.astype(dtype),
+        kernel.astype(dtype),
         window_strides=(stride, stride),
         padding=pads,
         dimension_numbers=DIMENSION_NUMBERS,
         feature_group_count=feature_group_count,
+        preferred_element_type=None if dtype == x.dtype else out_dtype,
     )
 
 
