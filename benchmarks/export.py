@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from invjax import precision as P
 from invjax.export import export
 from invjax.models.multistream import MultiStreamNetwork
 from invjax.models.wrn import WideResNet
@@ -118,9 +119,22 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--width-divisor", type=float, default=4.0)
     ap.add_argument("--only", choices=("e2", "triple"), default=None)
+    ap.add_argument(
+        "--precision",
+        default=P.EXACT,
+        choices=P.PRECISIONS,
+        help="arithmetic of both forms (invjax.precision); the exported-vs-model check is exact "
+        f"only under {P.EXACT!r} on GPUs",
+    )
     args = ap.parse_args(argv)
+    with P.scope(args.precision):
+        run(args)
+
+
+def run(args):
     x = photos(args.batch, args.size)
     print(
+        f"precision {args.precision!r}; "
         f"device: {jax.devices()[0].device_kind} x{jax.device_count()}; batch {args.batch}, "
         f"{args.size}x{args.size}, width divisor {args.width_divisor:g}, median of "
         f"{args.repeats}"
