@@ -134,7 +134,9 @@ def bench_layers(precisions, batch: int, reps: int) -> list[dict]:
     return rows
 
 
-def bench_network(path: str, precisions, width_divisor: float, batch: int, reps: int) -> list:
+def bench_network(
+    path: str, precisions, width_divisor: float, batch: int, reps: int, train_step: bool = True
+) -> list:
     from invjax import models, train
     from invjax.data import datasets
 
@@ -164,14 +166,15 @@ def bench_network(path: str, precisions, width_divisor: float, batch: int, reps:
             }
             t0 = time.perf_counter()
             step = jax.jit(train.make_train_step(model, tx, "none", 0.5, 0.25))
-            jax.block_until_ready(step(state, images, labels))
+            if train_step:
+                jax.block_until_ready(step(state, images, labels))
             steps[p] = (step, err, time.perf_counter() - t0)
             print(
                 f"# {p}: logits error {max(err.values()):.2e}, first step {steps[p][2]:.1f} s",
                 flush=True,
             )
-    times = {p: [] for p in precisions}
-    for _ in range(reps):
+    times = {p: [float("nan")] for p in precisions}
+    for _ in range(reps if train_step else 0):
         for p in precisions:
             with _scope(p):
                 times[p].append(_median_time(lambda p=p: steps[p][0](state, images, labels), 1))
@@ -183,7 +186,7 @@ def bench_network(path: str, precisions, width_divisor: float, batch: int, reps:
                     "precision": p,
                     "logits_invariance_error": steps[p][1],
                     "compile_and_first_step_s": steps[p][2],
-                    "images_per_s": batch / float(np.median(times[p])),
+                    "images_per_s": batch / float(np.nanmedian(times[p])) if train_step else None,
                 }
             )
         )
@@ -203,6 +206,12 @@ def main(argv=None) -> int:
         "--config", default=None, help="a model config file, e.g. configs/cifar10_e2_ii.py"
     )
     ap.add_argument("--width-divisor", type=float, default=1.0)
+    ap.add_argument(
+        "--train-step",
+        default="true",
+        choices=["true", "false"],
+        help="time the network's train step (false: logits invariance only)",
+    )
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write the rows to this file")
@@ -214,7 +223,14 @@ def main(argv=None) -> int:
     if args.layers == "true":
         rows += bench_layers(precisions, args.batch, args.reps)
     if args.config:
-        rows += bench_network(args.config, precisions, args.width_divisor, args.batch, args.reps)
+        rows += bench_network(
+            args.config,
+            precisions,
+            args.width_divisor,
+            args.batch,
+            args.reps,
+            args.train_step == "true",
+        )
     base = {r["what"]: r for r in rows if r["precision"] == "highest"}
     for r in rows:
         err = r.get("equivariance_error", None)
