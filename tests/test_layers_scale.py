@@ -4,6 +4,7 @@ photos (SESN's relative squared error, bicubic resampling)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import chex
@@ -172,6 +173,29 @@ def test_scale_conv_cost_contract(scale_size, lowering):
             assert eq.params["feature_group_count"] == 1
             assert eq.invars[0].aval.shape == (2, 16, 16, d_s * cin)
             assert eq.invars[1].aval.shape == (5, 5, d_s * cin, cout)
+
+
+def test_auto_lowering_block_decides_auto_at_trace_time():
+    """``ops.auto_lowering`` makes ``'auto'`` layers of a whole network use the named lowering
+    (for benchmarks); an explicit lowering is kept; a bad name is rejected before tracing."""
+    x = jnp.zeros((1, 8, 8, 3, 2))
+    layer = L.ScaleConv(3)
+    v = layer.init(jax.random.PRNGKey(0), x)
+    native = "per_scale" if jax.default_backend() == "cpu" else "grouped"
+    for block, explicit, expected in [
+        (None, "auto", native),
+        ("grouped", "auto", "grouped"),
+        ("per_scale", "auto", "per_scale"),
+        ("grouped", "per_scale", "per_scale"),
+    ]:
+        net = L.ScaleConv(3, lowering=explicit)
+        with ops.auto_lowering(block) if block else contextlib.nullcontext():
+            _, convs = _conv_eqns(jax.make_jaxpr(functools.partial(net.apply, v))(x))
+        assert len(convs) == (1 if expected == "grouped" else 3), (block, explicit)
+    assert ops.resolve_lowering("auto") == native  # the block is left behind
+    with pytest.raises(ValueError, match="lowering='fast' is unknown"):
+        with ops.auto_lowering("fast"):
+            pass
 
 
 @pytest.mark.parametrize("scale_size,stride", [(1, 1), (1, 2), (2, 2), (3, 1)])

@@ -21,6 +21,9 @@ Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import jax
 import jax.numpy as jnp
 
@@ -34,11 +37,33 @@ LOWERINGS = ("auto", "grouped", "per_scale")
 PER_SCALE_BACKENDS = ("cpu",)
 
 
-def resolve_lowering(lowering: str) -> str:
-    """``'grouped'`` or ``'per_scale'``: ``lowering`` itself, or for ``'auto'`` the choice for
-    ``jax.default_backend()`` (``'per_scale'`` on CPU, ``'grouped'`` elsewhere)."""
+_AUTO = contextvars.ContextVar("invjax_scale_auto_lowering", default="auto")
+
+
+@contextlib.contextmanager
+def auto_lowering(lowering: str):
+    """Within the block, ``lowering='auto'`` means ``lowering`` (for code traced in the block).
+
+    Lets a whole network built with the default ``'auto'`` be compared under both lowerings
+    (``benchmarks/throughput.py --scale-lowering``) without changing its modules or parameters.
+    """
     if lowering not in LOWERINGS:
         raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
+    token = _AUTO.set(lowering)
+    try:
+        yield
+    finally:
+        _AUTO.reset(token)
+
+
+def resolve_lowering(lowering: str) -> str:
+    """``'grouped'`` or ``'per_scale'``: ``lowering`` itself, or for ``'auto'`` the choice of an
+    enclosing :func:`auto_lowering` block, else the choice for ``jax.default_backend()``
+    (``'per_scale'`` on CPU, ``'grouped'`` elsewhere). Called at trace time."""
+    if lowering not in LOWERINGS:
+        raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
+    if lowering == "auto":
+        lowering = _AUTO.get()
     if lowering == "auto":
         return "per_scale" if jax.default_backend() in PER_SCALE_BACKENDS else "grouped"
     return lowering
