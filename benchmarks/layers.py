@@ -1,6 +1,6 @@
 """Speed of the equivariant layers against their cost floor, measured side by side in one run.
 
-    python benchmarks/layers.py [--repeats 5] [--batch 16] [--size 32]
+    python benchmarks/layers.py [--repeats 5] [--batch 16] [--size 32] [--layers e2,scale]
 
 For each layer, forward+backward time (jitted, median of ``--repeats``) of the invjax layer
 (basis expansion + convolution) divided by a plain ``lax.conv`` with the same expanded channel
@@ -150,13 +150,19 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--size", type=int, default=32)
+    ap.add_argument("--layers", default="e2,scale", help="comma list of e2, scale")
     args = ap.parse_args()
+    chosen = [t.strip() for t in args.layers.split(",") if t.strip()]
+    if not chosen or any(t not in ("e2", "scale") for t in chosen):
+        ap.exit(
+            2, f"error: --layers={args.layers!r} is invalid: choose a comma list of e2, scale\n"
+        )
     print(f"device: {jax.devices()[0].device_kind}, batch {args.batch}, {args.size}x{args.size}")
     print(
         f"{'layer (forward+backward)':58s} {'invjax [ms]':>12s} {'floor [ms]':>11s} {'ratio':>7s}"
     )
-    rows = [bench_e2(args.batch, args.size, args.repeats)]
-    rows += bench_scale(args.batch, args.size, args.repeats)
+    rows = [bench_e2(args.batch, args.size, args.repeats)] if "e2" in chosen else []
+    rows += bench_scale(args.batch, args.size, args.repeats) if "scale" in chosen else []
     for row in rows:
         if isinstance(row, str):
             print(row)
