@@ -18,7 +18,8 @@ does, and a failure such as running out of memory costs only its row):
   JAX's persistent compilation cache is switched off in these processes, so this is a first
   start. Process start and backend initialisation are not counted. ``cpu [s]``: the CPU time
   of the process in that interval (all threads), which a machine shared with other jobs
-  inflates less than the wall time.
+  inflates less than the wall time (the JSON also has ``step_cpu_ms`` and the machine's
+  1-minute load average).
 - ``images/s``: ``batch * steps / time`` of ``--steps`` train steps after ``--warmup`` more,
   blocked at the end; the same uint8 batch every step (no input pipeline: this is the model's
   speed). Augmentation, normalisation, BatchNorm updates and the optimiser are in the step.
@@ -169,11 +170,11 @@ def measure(case: dict) -> dict:
         for _ in range(case["warmup"]):
             state, metrics = step(state, images, labels)
         jax.block_until_ready((state, metrics))
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         for _ in range(case["steps"]):
             state, metrics = step(state, images, labels)
         jax.block_until_ready((state, metrics))
-        elapsed = time.perf_counter() - t1
+        elapsed, elapsed_cpu = time.perf_counter() - t1, time.process_time() - c1
         resolved = scale_ops.resolve_lowering("auto") if lowering else None
 
     leaves = jax.tree.leaves(state.params)
@@ -194,11 +195,13 @@ def measure(case: dict) -> dict:
         "first_step_s": round(first, 3),
         "first_step_cpu_s": round(first_cpu, 3),
         "step_ms": round(1e3 * elapsed / case["steps"], 3),
+        "step_cpu_ms": round(1e3 * elapsed_cpu / case["steps"], 3),
         "images_per_s": round(batch * case["steps"] / elapsed, 2),
         "final_loss": float(metrics["loss"]),
         "devices": mesh.devices.size,
         "device_kind": jax.devices()[0].device_kind,
         "backend": jax.default_backend(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),  # other jobs on a shared machine
     }
 
 
