@@ -106,6 +106,10 @@ class ScaleConv(nn.Module):
     """Scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, features]`` (SESN H -> H).
 
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
+    ``lowering`` (``'auto'`` | ``'grouped'`` | ``'per_scale'``) picks how the convolution is
+    lowered (:func:`invjax.ops.scale.scale_conv`); it changes speed, not parameters or results.
+    ``'auto'`` is per-scale on CPU, where XLA's grouped weight gradient is slow, else grouped.
+    (:class:`ScaleLiftConv` needs no choice: it is one ungrouped convolution.)
     """
 
     features: int
@@ -117,6 +121,7 @@ class ScaleConv(nn.Module):
     stride: int = 1
     use_bias: bool = False
     base_sigma: float | None = None
+    lowering: str = "auto"
 
     @nn.compact
     def __call__(self, x):
@@ -134,6 +139,10 @@ class ScaleConv(nn.Module):
                 f"ScaleConv: scale_size={self.scale_size!r} is invalid: it must be an integer in "
                 f"[1, number of scales={len(sc)}]"
             )
+        if self.lowering not in ops.LOWERINGS:
+            raise ValueError(
+                f"ScaleConv: lowering={self.lowering!r} is unknown: choose one of {ops.LOWERINGS}"
+            )
         if x.ndim != 5 or x.shape[3] != len(sc):
             raise ValueError(
                 f"ScaleConv: input shape {x.shape} is invalid: expected [B, H, W, S={len(sc)}, C]"
@@ -145,7 +154,7 @@ class ScaleConv(nn.Module):
             he_coefficient_init(psi, cin * self.scale_size),
             (cin, self.features, self.scale_size, psi.shape[1]),
         )
-        y = ops.scale_conv(x, w, jnp.asarray(psi), self.stride)
+        y = ops.scale_conv(x, w, jnp.asarray(psi), self.stride, self.lowering)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y

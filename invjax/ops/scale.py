@@ -2,8 +2,10 @@
 
 Layout: scale features are ``[B, H, W, S, C]`` (``S`` scales, smallest first; channel last).
 A basis is ``[S, F, k, k]`` (:mod:`invjax.bases.scale`). Filters are expanded from learnable
-coefficients by one einsum and applied by one :func:`invjax.ops.conv.conv2d`, so a layer costs
-one einsum and one convolution with ``S`` times the output channels.
+coefficients by one einsum and applied by :func:`invjax.ops.conv.conv2d`: the lifting layer is one
+convolution with ``S`` times the output channels; the scale-to-scale layer is either one grouped
+convolution (``feature_group_count=S``) or ``S`` plain per-scale convolutions, whichever the
+backend runs faster (``lowering``, see :func:`scale_conv`). Both lowerings do the same arithmetic.
 
 Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses these layers)
   Lifting (Z2 -> H):   ``y[s, o] = sum_i x[i] * kappa_s[i, o]``,
@@ -19,9 +21,52 @@ Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
+import jax
 import jax.numpy as jnp
 
 from invjax.ops.conv import conv2d
+
+# How scale_conv is lowered to XLA convolutions. 'auto' picks per backend at trace time, from a
+# measurement (benchmarks/layers.py): on CPU, XLA's weight gradient of a grouped convolution is
+# about 100x slower than the same work as S plain convolutions, so 'auto' is 'per_scale' there;
+# elsewhere grouped convolutions are native and 'auto' is 'grouped'.
+LOWERINGS = ("auto", "grouped", "per_scale")
+PER_SCALE_BACKENDS = ("cpu",)
+
+
+_AUTO = contextvars.ContextVar("invjax_scale_auto_lowering", default="auto")
+
+
+@contextlib.contextmanager
+def auto_lowering(lowering: str):
+    """Within the block, ``lowering='auto'`` means ``lowering`` (for code traced in the block).
+
+    Lets a whole network built with the default ``'auto'`` be compared under both lowerings
+    (``benchmarks/throughput.py --scale-lowering``) without changing its modules or parameters.
+    """
+    if lowering not in LOWERINGS:
+        raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
+    token = _AUTO.set(lowering)
+    try:
+        yield
+    finally:
+        _AUTO.reset(token)
+
+
+def resolve_lowering(lowering: str) -> str:
+    """``'grouped'`` or ``'per_scale'``: ``lowering`` itself, or for ``'auto'`` the choice of an
+    enclosing :func:`auto_lowering` block, else the choice for ``jax.default_backend()``
+    (``'per_scale'`` on CPU, ``'grouped'`` elsewhere). Called at trace time."""
+    if lowering not in LOWERINGS:
+        raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
+    if lowering == "auto":
+        lowering = _AUTO.get()
+    if lowering == "auto":
+        return "per_scale" if jax.default_backend() in PER_SCALE_BACKENDS else "grouped"
+    return lowering
 
 
 def _check_basis(basis, n_funcs: int, where: str):
@@ -86,18 +131,27 @@ def stack_scale_neighbours(x, scale_size: int):
     return xp[:, :, :, idx, :].reshape(B, H, W, S * scale_size * C)
 
 
-def scale_conv(x, weight, basis, stride: int = 1):
+def scale_conv(x, weight, basis, stride: int = 1, lowering: str = "auto"):
     """Scale-to-scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, Cout]``.
 
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` with the filter expanded at
-    scale ``s``; implemented as one grouped :func:`conv2d` (``feature_group_count=S``) over the
-    stacked neighbouring scale slices.
+    scale ``s``. The filters of all scales come from one einsum; they are applied by
+
+    - ``lowering='grouped'``: one grouped :func:`conv2d` (``feature_group_count=S``) over the
+      stacked neighbouring scale slices (zeros past the largest scale);
+    - ``lowering='per_scale'``: ``S`` plain :func:`conv2d` calls, output scale ``s`` reading the
+      ``D_s = min(scale_size, S - s)`` existing input scales (``D_s * Cin -> Cout`` channels), so
+      the zero slices are skipped rather than multiplied;
+    - ``lowering='auto'`` (default): per backend, see :func:`resolve_lowering`.
+
+    The two compute the same sums and agree to float32 rounding (tested, with gradients).
 
     Args:
       x: ``[B, H, W, S, Cin]``.
       weight: ``[Cin, Cout, scale_size, F]``.
       basis: ``[S, F, k, k]`` with the same ``S`` as ``x``.
       stride: 1 or 2.
+      lowering: ``'auto'``, ``'grouped'`` or ``'per_scale'``.
     """
     if x.ndim != 5 or weight.ndim != 4 or x.shape[-1] != weight.shape[0]:
         raise ValueError(
@@ -110,8 +164,24 @@ def scale_conv(x, weight, basis, stride: int = 1):
     D = weight.shape[2]
     if D < 1:
         raise ValueError(f"scale_conv: scale_size={D} is invalid: it must be >= 1")
-    y = conv2d(stack_scale_neighbours(x, D), expand_scale_kernel(weight, basis), stride, S)
-    return y.reshape(y.shape[:3] + (S, weight.shape[1]))
+    try:
+        lowering = resolve_lowering(lowering)
+    except ValueError as e:
+        raise ValueError(f"scale_conv: {e}") from None
+    kern = expand_scale_kernel(weight, basis)  # [k, k, D * Cin, S * Cout]
+    cin, cout = weight.shape[:2]
+    if lowering == "grouped":
+        y = conv2d(stack_scale_neighbours(x, D), kern, stride, S)
+        return y.reshape(y.shape[:3] + (S, cout))
+    k = kern.shape[0]
+    kern = kern.reshape(k, k, D, cin, S, cout)
+    B, H, W = x.shape[:3]
+    outs = []
+    for s in range(S):
+        d_s = min(D, S - s)
+        xs = x[:, :, :, s : s + d_s].reshape(B, H, W, d_s * cin)  # channel (d, i), d-major
+        outs.append(conv2d(xs, kern[:, :, :d_s, :, s].reshape(k, k, d_s * cin, cout), stride))
+    return jnp.stack(outs, axis=3)
 
 
 def scale_max_projection(x):
