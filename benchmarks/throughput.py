@@ -28,8 +28,8 @@ Batch sizes are the configs' (the paper's), unless ``--batch``. ``dual`` and ``t
 configs' own train step: phase 2, the streams frozen (inference mode) and the head trained; the
 streams' phase-1 steps are the single-stream rows. ``--width-divisor K`` divides every channel
 count (``ceil(C / K)``, on top of the multi-stream networks' own divisors) to fit a CPU.
-``--precision`` runs each row under ``jax.default_matmul_precision(name)`` (tracing, compilation
-and steps). ``--scale-lowering`` (comma list of ``auto``, ``grouped``, ``per_scale``) runs the
+``--precision`` runs each row under ``invjax.precision.scope(name)`` (tracing, compilation and
+steps; ``bf16`` is invjax's mixed precision). ``--scale-lowering`` (comma list of ``auto``, ``grouped``, ``per_scale``) runs the
 families that have scale layers once per lowering of their scale convolutions
 (:func:`invjax.ops.scale.auto_lowering`); the others once.
 
@@ -65,7 +65,7 @@ DIGITS_CONFIGS = {
     "dual": "digits_dual",
     "triple": "digits_triple",
 }
-PRECISIONS = ("default", "high", "highest")
+PRECISIONS = ("default", "highest", "bf16")  # invjax.precision.PRECISIONS (checked in the tests)
 LOWERINGS = ("auto", "grouped", "per_scale")
 RESULT = "THROUGHPUT_RESULT "
 PROBE = (
@@ -90,9 +90,9 @@ def precision_scope(name: str):
 
     The single place that maps a ``--precision`` name to JAX settings (add new modes here).
     """
-    import jax
+    from invjax import precision
 
-    return jax.default_matmul_precision(name)
+    return precision.scope(name)
 
 
 def has_scale_layers(model) -> bool:

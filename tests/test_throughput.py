@@ -91,3 +91,9 @@ def test_one_row_through_the_real_train_step():
     assert row["first_step_s"] > 0 and row["step_ms"] > 0
     assert row["images_per_s"] == pytest.approx(4 / (row["step_ms"] / 1e3), rel=1e-2)
     assert np.isfinite(row["final_loss"]) and row["devices"] == len(jax.devices())
+
+
+def test_precisions_are_invjaxs():
+    from invjax import precision
+
+    assert set(T["PRECISIONS"]) == set(precision.PRECISIONS)
