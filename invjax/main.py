@@ -97,7 +97,10 @@ def main(argv):
     if not flags.FLAGS["verbosity"].present:  # orbax logs every file it writes at INFO
         logging.set_verbosity(logging.WARNING)
     config = _CONFIG.value
-    parallel.initialize_distributed(bool(config.get("multi_host", False)))
+    try:
+        parallel.initialize_distributed(bool(config.get("multi_host", False)))
+    except ValueError as e:  # a bad JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
+        _fail(str(e))
     try:
         plan = experiment.check(config, _WORKDIR.value)  # every phase, before any compute
     except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
