@@ -14,8 +14,8 @@ Part 2 (groups): the paper's central efficiency claim in numbers. One regular ->
 ``C`` fields (equal widths) in three forms, forward + backward, on ``[B, H, W, ...]`` inputs:
 
 * E(2) stream: a G-convolution, ``C |G|`` channels (invjax's ``E2Conv`` weights ``[C, C, |G|, B]``);
-* scale stream: a scale convolution over ``S`` scales mixing ``D`` neighbouring scales
-  (``ScaleConv`` weights ``[C, C, D, F]``);
+* scale stream: a scale convolution over ``S`` scales ``2^(i/3)`` mixing ``D = 2`` neighbouring
+  scales (SESN Hermite basis, ``ScaleConv`` weights ``[C, C, D, F]``);
 * product group: rotations x scales in ONE regular representation, ``C |G| S`` channels, weights
   ``[C, C, |G|, D, F]`` expanded as ``K_s[p, (d, ci, h), (co, g)] = sum_f w[ci, co, g^-1 h, d, f]
   Phi[g, s, f, p]`` with ``Phi[g, s, f] = L_g psi_{s, f}`` (the scale basis transformed by ``g``).
@@ -164,6 +164,7 @@ def layer_cases(group_name, n_scales, fields, size, batch, k=5, eff=3, scale_siz
     """The three layers as ``(fn, params, x)`` with ``fn(params, x) -> y``."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     from invjax.bases import e2 as e2_bases
     from invjax.bases import scale as scale_bases
@@ -173,7 +174,9 @@ def layer_cases(group_name, n_scales, fields, size, batch, k=5, eff=3, scale_siz
     group = parse_group(group_name)
     G = group.order
     phi_e2 = e2_bases.transformed_basis(group, k)  # [G, B, k, k]
-    psi = scale_bases.hermite_basis(k, eff, scale_set(n_scales, 2**0.5))  # [S, F, k, k]
+    psi = scale_bases.hermite_basis(k, eff, scale_set(n_scales))  # [S, F, k, k], ratio 2^(1/3)
+    if not np.isfinite(psi).all():
+        raise ValueError(f"the scale basis for {n_scales} scales and k={k} is not finite")
     phi_prod = product_basis(group, psi)
     nb, nf = phi_e2.shape[1], psi.shape[1]
     keys = jax.random.split(jax.random.PRNGKey(0), 6)
