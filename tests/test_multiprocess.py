@@ -183,7 +183,7 @@ def test_kill_one_process_then_both_resume(multi, env, tmp_path):
         steps = (
             [int(d) for d in os.listdir(ckpt_dir) if d.isdigit()] if os.path.isdir(ckpt_dir) else []
         )
-        if steps and max(steps) >= 4:
+        if steps and max(steps) >= 2:  # the first checkpoint
             break
         time.sleep(0.01)
     assert procs[0].poll() is None, "the run ended before the kill"
@@ -314,3 +314,23 @@ def test_bad_distributed_environment_is_named():
         parallel.distributed_args({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"})
     with pytest.raises(ValueError, match=r"JAX_NUM_PROCESSES='x' is invalid"):
         parallel.distributed_args({**good, "JAX_NUM_PROCESSES": "x", "JAX_PROCESS_ID": "0"})
+
+
+def test_main_names_a_bad_process_id_before_waiting(env, tmp_path):
+    bad = dict(
+        env,
+        JAX_COORDINATOR_ADDRESS="127.0.0.1:1",
+        JAX_NUM_PROCESSES="2",
+        JAX_PROCESS_ID="5",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "invjax.main", *TINY, f"--workdir={tmp_path / 'w'}"],
+        cwd=REPO,
+        env=bad,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "JAX_PROCESS_ID='5' is invalid: it must be an integer in [0, 1]" in proc.stderr
+    assert not (tmp_path / "w").exists()
