@@ -171,7 +171,8 @@ def test_two_processes_match_one_process(single, multi):
 
 def test_kill_one_process_then_both_resume(multi, env, tmp_path):
     """Process 0 (the coordinator and primary writer) is killed after a checkpoint; the other
-    stops (on its own when the collective fails, else like srun would stop it); both restart
+    stops (measured: JAX's coordination service aborts it at once, SIGABRT; if it did not, the
+    test stops it as srun would); both restart
     and the run resumes from the last checkpoint, ending where the uninterrupted run ended."""
     ref, _ = multi
     workdir = str(tmp_path / "killed")
