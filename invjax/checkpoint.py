@@ -31,6 +31,7 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
 
 CHECKPOINT_SUBDIR = "checkpoints"
 
@@ -147,15 +148,27 @@ def _restore(mngr, workdir: str, step: int, target: Any) -> Restored:
     damage = verify_manifest(workdir, step)
     if damage is not None:
         raise CheckpointError(damage)
-    state_args = ocp.args.StandardRestore(target) if target is not None else None
-    args = ocp.args.Composite(
-        state=state_args or ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
-    )
+    if target is None:
+        target = _local_target(mngr.directory / str(step) / "state")
+    args = ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
     out = mngr.restore(step, args=args)
     meta = dict(out.meta)
     if int(meta.get("step", -1)) != step:
         raise CheckpointError(f"meta step {meta.get('step')!r} != directory step {step}")
     return Restored(step, out.state, meta, [])
+
+
+def _local_target(state_dir) -> Any:
+    """The stored tree's shapes and dtypes on this process's first device.
+
+    Orbax restores without a target only onto the device topology that saved it, so a run saved
+    by several processes or devices could not be read by one (a test, a phase-2 run elsewhere).
+    """
+    import jax  # lazily, like orbax: reading a checkpoint's config needs no devices
+
+    tree = ocp.StandardCheckpointHandler().metadata(epath.Path(state_dir)).tree
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
 
 
 def restore_step(workdir: str, step: int, target: Any = None) -> Restored:
@@ -251,6 +264,16 @@ def load_params(workdir: str) -> dict:
     return variables
 
 
+def _sync_processes(name: str) -> None:
+    """Wait until every JAX process got here (nothing to do in a single-process run)."""
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 class Writer:
     """Saves checkpoints of one run; opened only after the run passed every check.
 
@@ -263,6 +286,11 @@ class Writer:
         self.workdir = os.path.abspath(workdir)
         self.primary = primary
         self.directory = checkpoint_dir(workdir)
+        # Orbax managers meet at barriers that depend on what they find on disk (a missing
+        # directory is created behind one, an existing one is read behind another), so no
+        # process may change the directory while another still reads it (prepare's probes), and
+        # every process creates it itself before its manager looks.
+        _sync_processes("invjax_checkpoint_writer_probed")
         if primary:
             for step, reason in set_aside:
                 src = os.path.join(self.directory, str(step))
@@ -276,6 +304,8 @@ class Writer:
                 if os.path.exists(manifest):
                     shutil.move(manifest, dst + ".manifest.json")
                 logging.warning("moved unreadable checkpoint step %d (%s) to %s", step, reason, dst)
+        os.makedirs(self.directory, exist_ok=True)
+        _sync_processes("invjax_checkpoint_writer_open")
         self._mngr = _manager(self.directory, read_only=False, keep=keep)
         self.last_saved: int | None = self._mngr.latest_step()
 

@@ -104,7 +104,10 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)
     config = _CONFIG.value
     compilation_cache.enable(_CACHE.value)
-    parallel.initialize_distributed(bool(config.get("multi_host", False)))
+    try:
+        parallel.initialize_distributed(bool(config.get("multi_host", False)))
+    except ValueError as e:  # a bad JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
+        _fail(str(e))
     try:
         plan = experiment.check(config, _WORKDIR.value)  # every phase, before any compute
     except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:

@@ -448,21 +448,35 @@ def batch_indices(n: int, batch_size: int, seed: int, epoch: int, index: int) ->
     return order[idx]
 
 
+def eval_batches(n: int, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(indices, mask)`` of every evaluation batch of a split of ``n`` samples.
+
+    Batches are ``batch_size`` consecutive samples; the last is padded with copies of sample
+    ``n - 1`` whose ``mask`` is False, so every sample counts exactly once (static shapes).
+    """
+    out = []
+    for start in range(0, n, batch_size):
+        idx = np.arange(start, start + batch_size)
+        out.append((np.minimum(idx, n - 1), idx < n))
+    return out
+
+
 def evaluate(eval_step, variables, split, batch_size: int, mesh) -> tuple[float, float]:
-    """Mean loss and error (percent) of ``variables`` on a split; NaN for an empty split."""
+    """Mean loss and error (percent) of ``variables`` on a split; NaN for an empty split.
+
+    Each process reads only its devices' rows of every batch (:func:`parallel.gather_batch`);
+    the masked sums are reduced over all devices by the step.
+    """
     n = len(split)
     if n == 0:
         return math.nan, math.nan
     outs = []
-    for start in range(0, n, batch_size):
-        idx = np.arange(start, start + batch_size)
-        mask = idx < n
-        idx = np.minimum(idx, n - 1)
+    for idx, mask in eval_batches(n, batch_size):
         outs.append(
             eval_step(
                 variables,
-                parallel.shard_batch(split.images[idx], mesh),
-                parallel.shard_batch(split.labels[idx], mesh),
+                parallel.gather_batch(split.images, idx, mesh),
+                parallel.gather_batch(split.labels, idx, mesh),
                 parallel.shard_batch(mask, mesh),
             )
         )
@@ -807,8 +821,8 @@ class _Loop:
             idx = batch_indices(n, self.bsz, self.exp.config.seed, *divmod(self.step, self.spe))
             self.state, metrics = self.train_step(
                 self.state,
-                parallel.shard_batch(ds.train.images[idx], self.mesh),
-                parallel.shard_batch(ds.train.labels[idx], self.mesh),
+                parallel.gather_batch(ds.train.images, idx, self.mesh),
+                parallel.gather_batch(ds.train.labels, idx, self.mesh),
             )
             self.step += 1
             if pending is not None:  # one step behind, so the device runs ahead of this check

@@ -41,11 +41,20 @@ config of a single-stream run in the sweep (e.g. the E(2) stream of ``cifar10_tr
 stream again. Commands of a point therefore run in order (single-stream first), one SLURM array
 task per point; ``--no-share`` gives every multi-stream run private streams.
 
-Output: ``--dry-run`` prints the commands (one per line); ``--local`` runs them here, one after the
-other (a failed command does not stop the rest; the failures are listed at the end); ``--slurm
-FILE`` writes the array job ``FILE`` from ``launch/slurm.sh.template`` and its command list
-``FILE.commands`` for GPU clusters, multi-node with ``--nodes`` (``jax.distributed`` from SLURM's
-environment).
+Output: ``--dry-run`` prints the commands (one per line); ``--local`` runs them here (a failed
+command does not stop the rest; the failures are listed at the end); ``--slurm FILE`` writes the
+array job ``FILE`` from ``launch/slurm.sh.template`` and its command list ``FILE.commands`` for
+GPU clusters, multi-node with ``--nodes`` (``jax.distributed`` from SLURM's environment).
+
+Several runs at once on one machine: ``--local --parallel K --devices-per-run D`` runs K points
+(size, seed) side by side, each pinned to its own D devices: GPUs through
+``CUDA_VISIBLE_DEVICES`` (K x D must not exceed the GPUs visible), on CPU through
+``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (``--platform`` auto | gpu | cpu). Each
+command's output then goes to ``WORKDIR.log`` next to its run directory.
+
+Resuming a sweep: ``--local`` skips every run whose ``results.json`` exists (finished) and starts
+the others with their own ``--workdir``, so a run that was interrupted resumes from its last
+checkpoint; a sweep stopped half-way is finished by giving the same command again.
 """
 
 from __future__ import annotations
@@ -55,10 +64,13 @@ import ast
 import dataclasses
 import os
 import pathlib
+import queue
 import runpy
 import shlex
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -264,18 +276,108 @@ def by_point(runs: Sequence[Run]) -> list[list[Run]]:
     return [[r for r in runs if r.point == p] for p in points]
 
 
-def run_local(runs: Sequence[Run]) -> int:
-    failed = []
-    for i, run in enumerate(runs, 1):
+def finished(run: Run) -> bool:
+    """A run is finished when its ``results.json`` exists (written last, atomically)."""
+    return os.path.isfile(os.path.join(REPO, run.workdir, "results.json"))
+
+
+def visible_gpus() -> list[str]:
+    """Ids of the GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` if set, else nvidia-smi."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def slot_envs(parallel: int, per_run: int, platform: str = "auto") -> list[dict]:
+    """One environment per parallel slot, each pinned to its own ``per_run`` devices.
+
+    ValueError naming the numbers when the GPUs do not suffice or a count is below 1.
+    """
+    for name, value in (("--parallel", parallel), ("--devices-per-run", per_run)):
+        if value < 1:
+            raise ValueError(f"{name}={value} is invalid: it must be an integer >= 1")
+    gpus = visible_gpus() if platform in ("auto", "gpu") else []
+    if platform == "gpu" and not gpus:
+        raise ValueError("--platform=gpu but no GPU is visible (CUDA_VISIBLE_DEVICES, nvidia-smi)")
+    envs = []
+    if gpus:
+        if parallel * per_run > len(gpus):
+            raise ValueError(
+                f"--parallel={parallel} x --devices-per-run={per_run} needs "
+                f"{parallel * per_run} GPUs, but {len(gpus)} are visible ({','.join(gpus)})"
+            )
+        for k in range(parallel):
+            mine = gpus[k * per_run : (k + 1) * per_run]
+            envs.append(dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(mine)))
+        return envs
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform" not in f]
+    flags.append(f"--xla_force_host_platform_device_count={per_run}")
+    return [dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))] * parallel
+
+
+def run_local(
+    runs: Sequence[Run], parallel: int = 1, per_run: int | None = None, platform: str = "auto"
+) -> int:
+    """Run the sweep here: points side by side on ``parallel`` slots, finished runs skipped."""
+    envs = slot_envs(parallel, per_run or 1, platform) if parallel > 1 or per_run else [None]
+    todo = [r for r in runs if not finished(r)]
+    print(f"{len(runs) - len(todo)} of {len(runs)} runs finished already (skipped)", flush=True)
+    groups = by_point(todo)
+    jobs: queue.Queue = queue.Queue()
+    for group in groups:
+        jobs.put(group)
+    failed, lock, counter = [], threading.Lock(), [0]
+
+    def one(run: Run, env, slot: int) -> None:
         cmd = run.command(sys.executable)
-        print(f"[{i}/{len(runs)}] {cmd}", flush=True)
+        with lock:
+            counter[0] += 1
+            i = counter[0]
+        state = (
+            "resume" if os.path.isdir(os.path.join(REPO, run.workdir, "checkpoints")) else "start"
+        )
+        print(f"[{i}/{len(todo)}] slot {slot} {state}: {cmd}", flush=True)
         t = time.perf_counter()
-        status = subprocess.call(shlex.split(cmd), cwd=REPO)
-        print(f"[{i}/{len(runs)}] exit {status} after {time.perf_counter() - t:.0f} s", flush=True)
+        if env is None:  # one run at a time: its output right here
+            status = subprocess.call(shlex.split(cmd), cwd=REPO)
+        else:
+            log = os.path.join(REPO, run.workdir.rstrip("/") + ".log")
+            os.makedirs(os.path.dirname(log), exist_ok=True)
+            with open(log, "a") as f:
+                status = subprocess.call(
+                    shlex.split(cmd), cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT
+                )
+        took = time.perf_counter() - t
+        print(f"[{i}/{len(todo)}] slot {slot} exit {status} after {took:.0f} s", flush=True)
         if status:
-            failed.append(cmd)
+            with lock:
+                failed.append(cmd)
+
+    def worker(slot: int, env) -> None:
+        while True:
+            try:
+                group = jobs.get_nowait()
+            except queue.Empty:
+                return
+            for run in group:  # in order: the single-stream runs first (phase-1 reuse)
+                one(run, env, slot)
+
+    threads = [threading.Thread(target=worker, args=(k, e)) for k, e in enumerate(envs)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
     if failed:
-        print(f"{len(failed)} of {len(runs)} commands failed:", *failed, sep="\n  ")
+        print(f"{len(failed)} of {len(todo)} commands failed:", *failed, sep="\n  ")
     return 1 if failed else 0
 
 
@@ -327,8 +429,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-share", action="store_true", help="no phase-1 reuse across runs")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--dry-run", action="store_true", help="print the commands")
-    mode.add_argument("--local", action="store_true", help="run them here, one after another")
+    mode.add_argument("--local", action="store_true", help="run them here (skips finished runs)")
     mode.add_argument("--slurm", metavar="FILE", help="write a SLURM array script")
+    local = parser.add_argument_group("--local")
+    local.add_argument("--parallel", type=int, default=1, help="points run side by side")
+    local.add_argument(
+        "--devices-per-run", type=int, default=None, help="devices pinned to each (default 1)"
+    )
+    local.add_argument("--platform", choices=("auto", "gpu", "cpu"), default="auto")
     slurm = parser.add_argument_group("SLURM")
     slurm.add_argument("--job-name", default="invjax")
     slurm.add_argument("--nodes", type=int, default=1)
@@ -361,7 +469,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"# {len(runs)} commands, {len(by_point(runs))} points (size, seed)", file=sys.stderr)
         return 0
     if args.local:
-        return run_local(runs)
+        try:  # the numbers and the GPUs, before anything runs
+            slot_envs(args.parallel, args.devices_per_run or 1, args.platform)
+        except ValueError as e:
+            print(f"sweep: error: {e}", file=sys.stderr)
+            return 2
+        return run_local(runs, args.parallel, args.devices_per_run, args.platform)
     script, commands = write_slurm(runs, args.slurm, args)
     print(
         f"wrote {script} ({len(runs)} commands in {len(by_point(runs))} array tasks) and {commands}"

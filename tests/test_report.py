@@ -1,5 +1,6 @@
 """invjax.report on fake runs (grouping, mean +- std, Markdown, the plot's fallback) and the sweep
-builder launch/sweep.py (the paper's sizes and seeds, phase-1 reuse, SLURM script)."""
+builder launch/sweep.py (the paper's sizes and seeds, phase-1 reuse, SLURM script, local runs
+side by side on pinned devices, resumed sweeps)."""
 
 from __future__ import annotations
 
@@ -196,3 +197,76 @@ def test_sweep_heads_share_phase_one_and_slurm_script(tmp_path):
 def test_sweep_rejects_unknown_experiments():
     with pytest.raises(ValueError, match="neither a group"):
         sweep.expand(["cifar10_quadruple"])
+
+
+def test_sweep_shares_phase_one_between_dual_and_triple():
+    """Without single-stream runs in the sweep, the triple network reuses the dual network's
+    E(2) and scale streams (the same stream configs) and trains only its standard stream."""
+    runs = sweep.build(["cifar10_dual", "cifar10_triple"], sizes="100", seeds="0")
+    dual, triple = runs
+    assert not any(k.startswith("phase1.") for k in dual.overrides)
+    for s in ("e2", "scale"):
+        assert triple.overrides[f"phase1.{s}.workdir"] == os.path.join(dual.workdir, "streams", s)
+    assert "phase1.std.workdir" not in triple.overrides
+
+
+def test_sweep_local_pins_devices_and_slots(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")
+    envs = sweep.slot_envs(2, 2, "gpu")
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["3,5", "6,7"]
+    with pytest.raises(ValueError, match=r"--parallel=3 x --devices-per-run=2 needs 6 GPUs, but 4"):
+        sweep.slot_envs(3, 2, "gpu")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=9 --foo")
+    envs = sweep.slot_envs(2, 4, "cpu")
+    assert envs[0]["XLA_FLAGS"] == "--foo --xla_force_host_platform_device_count=4"
+    assert envs[0]["JAX_PLATFORMS"] == "cpu" and len(envs) == 2
+    with pytest.raises(ValueError, match=r"--devices-per-run=0 is invalid"):
+        sweep.slot_envs(1, 0, "cpu")
+
+
+def test_sweep_local_runs_side_by_side_and_resumes(tmp_path):
+    """Two tiny runs at once, each on its own 2 forced CPU devices; a second call skips the
+    finished runs and resumes an unfinished one from its checkpoint."""
+    runs_dir = tmp_path / "runs"
+    tiny = {
+        "model.width": 4,
+        "train.batch_size": 16,
+        "train.eval_batch_size": 64,
+        "train.num_epochs": 2,
+        "train.lr_boundaries": "(1,)",
+    }
+    cmd = [sys.executable, str(REPO / "launch" / "sweep.py"), "digits_cnn", "--sizes", "100"]
+    cmd += ["--seeds", "0,1", "--runs-dir", str(runs_dir), "--local", "--platform", "cpu"]
+    cmd += ["--parallel", "2", "--devices-per-run", "2"]
+    for k, v in tiny.items():
+        cmd += ["--set", f"{k}={v}"]
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_backend_optimization_level=0",
+        JAX_COMPILATION_CACHE_DIR=str(tmp_path / "xla_cache"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    )
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    starts = [i for i, x in enumerate(lines) if " start: " in x]
+    exits = [i for i, x in enumerate(lines) if " exit 0 " in x]
+    # Side by side: both runs started before the first one ended, on different slots.
+    assert len(starts) == 2 and len(exits) == 2 and max(starts) < min(exits), proc.stdout
+    assert {lines[i].split(" slot ")[1][0] for i in starts} == {"0", "1"}
+    point = {s: runs_dir / "digits_cnn" / f"n100_s{s}" for s in (0, 1)}
+    first = {s: json.loads((d / "results.json").read_text()) for s, d in point.items()}
+    assert [first[s]["devices"] for s in (0, 1)] == [2, 2]
+    assert first[0]["seed"] == 0 and first[1]["seed"] == 1
+    # Half-finished: seed 1 lost its results (stopped after its last checkpoint).
+    (point[1] / "results.json").unlink()
+    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 of 2 runs finished already (skipped)" in again.stdout
+    assert " resume: " in again.stdout and "n100_s1" in again.stdout
+    assert "n100_s0 " not in again.stdout
+    log = (runs_dir / "digits_cnn" / "n100_s1.log").read_text()
+    assert "resuming from the checkpoint of step" in log
+    assert json.loads((point[1] / "results.json").read_text())["test_error"] == pytest.approx(
+        first[1]["test_error"]
+    )
