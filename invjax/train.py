@@ -887,9 +887,14 @@ class _Loop:
         """The final model's measured invariance (:mod:`invjax.certificate`) on test images."""
         images = self.ds.test.images[: certificate.N_IMAGES]
         images = images.astype(np.float32) / (255.0 if images.dtype == np.uint8 else 1.0)
+        # Replicated arrays of a multi-process run are not fully addressable: each process
+        # measures its own local copy.
+        local = jax.tree.map(
+            lambda a: a.addressable_data(0) if isinstance(a, jax.Array) else a, variables
+        )
         return certificate.certify(
             self.exp.model,
-            jax.device_get(variables),
+            jax.device_get(local),
             self.exp.config.model,
             images,
             self.ds.mean,
