@@ -280,12 +280,14 @@ def part_layer(args, peer):
     params = v["params"]
     (w,) = [w for _, w in weight_leaves(params)]
 
-    def loss(p):
+    # The images are an argument, not a closed-over constant, as torch's are (XLA would
+    # constant-fold a closed-over batch at compile time).
+    def loss(p, x):
         return jnp.sum(layer.apply({"params": p}, x) ** 2)
 
     inv, pe = alternate_fwd_bwd(
         jax.jit(jax.grad(loss)),
-        (params,),
+        (params, x),
         peer,
         {"shape": [args.batch, c, args.size, args.size], "gpu": args.gpu},
         args.repeats,
@@ -338,7 +340,7 @@ def part_wrn(args, peer):
         }
     )
 
-    def loss(p, key):
+    def loss(p, stats, x, key):
         y, _ = model.apply(
             {"params": p, "batch_stats": stats},
             x,
@@ -350,7 +352,7 @@ def part_wrn(args, peer):
 
     inv, pe = alternate_fwd_bwd(
         jax.jit(jax.grad(loss)),
-        (params, jax.random.PRNGKey(2)),
+        (params, stats, x, jax.random.PRNGKey(2)),
         peer,
         {"shape": [args.batch, 3, args.size, args.size], "gpu": args.gpu},
         args.wrn_repeats,
