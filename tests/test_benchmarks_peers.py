@@ -85,7 +85,7 @@ def test_calibration_follows_the_frameworks_labels(bench):
 def test_wrn_part_reads_the_config(bench):
     res = bench.main(
         ["--no-peer", "--parts", "wrn", "--size", "8", "--batch", "2", "--wrn-repeats", "1"]
-        + ["--wrn-set", "widen_factor=1"]
+        + ["--wrn-set", "widen_factor=1", "--wrn-set", "depth=10"]
     )
     inv = res["wrn"]["invjax"]
     assert inv["config"] == os.path.join("configs", "svhn_e2.py")

@@ -519,11 +519,8 @@ def print_timings(title, r, rows):
         print(f"  {label:34s} {_ms(a):>12s} {_ms(b):>12s} {_ratio(b, a):>13s}")
 
 
-def report(args, res, env):
-    print(
-        f"device: {env['jax_device']}; e2cnn side: {env.get('peer', 'not run')}; "
-        f"batch {args.batch}, {args.size}x{args.size}"
-    )
+def report(args, res):
+    """Print the tables of the parts in ``res`` (each part as soon as it is measured)."""
     if "layer" in res:
         r = res["layer"]
         print_timings(
@@ -574,6 +571,7 @@ def report(args, res, env):
     for part, r in res.items():
         for err in r.get("errors", []):
             print(f"e2cnn side failed in {part}: {err}")
+    sys.stdout.flush()
 
 
 def main(argv=None):
@@ -591,14 +589,19 @@ def main(argv=None):
                 f"{info['threads']} threads{', CUDA' if args.gpu and info['cuda'] else ''}"
                 + (f"; patched: {'; '.join(info['patched'])}" if info["patched"] else "")
             )
+        print(
+            f"device: {env['jax_device']} (jax {env['jax']}); e2cnn side: "
+            f"{env.get('peer', 'not run')}; batch {args.batch}, {args.size}x{args.size}",
+            flush=True,
+        )
         res = {}
         for part in args.parts:
             res[part] = {"layer": part_layer, "wrn": part_wrn, "equivariance": part_equivariance}[
                 part
             ](args, peer)
+            report(args, {part: res[part]})
     finally:
         peer.close()
-    report(args, res, env)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"env": env, "results": res}, indent=1))
     return res
