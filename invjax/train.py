@@ -1,6 +1,6 @@
 """Training and evaluation: the paper's optimisers and schedules, jitted steps, the resumable loop.
 
-Recipes (paper appendix; REFERENCES.md): SGD with momentum 0.9 (Nesterov for STL-10) or Adam
+Recipes (paper appendix; the peers' training scripts): SGD with momentum 0.9 (Nesterov for STL-10) or Adam
 (Scaled-MNIST), with PyTorch-style L2 weight decay, i.e. ``g <- g + wd * theta`` *before* the
 momentum / Adam moments (``optax.add_decayed_weights`` then the optimiser; not AdamW's decoupled
 decay), and step schedules ``lr_t = lr * factor^(number of boundaries passed)`` with boundaries
@@ -45,7 +45,7 @@ from flax import struct, traverse_util
 
 from invjax import checkpoint, models, parallel
 from invjax import data as data_lib
-from invjax.logging_utils import Reporter
+from invjax.logging_utils import Reporter, banner, hparams
 
 OPTIMIZERS = ("sgd", "adam")
 NON_STATE_COLLECTIONS = ("params", "batch_stats", "intermediates")
@@ -144,15 +144,14 @@ def lr_schedule(
 
     ``count`` is the number of updates done before this one (optax's convention), so the update
     with ``count = b * steps_per_epoch``, the first of epoch ``b``, uses the decayed rate, as
-    PyTorch's ``MultiStepLR`` stepped at epoch ends.
+    PyTorch's ``MultiStepLR`` stepped at epoch ends. ``optax.piecewise_constant_schedule``
+    switches at ``count >= boundary`` too (its indicator is ``sign(boundary - count) > 0``).
     """
-    bounds = np.asarray([round(e * steps_per_epoch) for e in boundaries], np.int32)
-
-    def schedule(count):
-        k = jnp.sum(jnp.asarray(count) >= bounds) if bounds.size else 0
-        return jnp.asarray(learning_rate, jnp.float32) * jnp.asarray(factor, jnp.float32) ** k
-
-    return schedule
+    scales: dict[int, float] = {}
+    for e in boundaries:  # two fractional epochs may round to one step: factor^2 there
+        b = round(e * steps_per_epoch)
+        scales[b] = scales.get(b, 1.0) * float(factor)
+    return optax.piecewise_constant_schedule(float(learning_rate), scales)
 
 
 def _path(keys) -> str:
@@ -463,6 +462,12 @@ def _flat_config(config) -> dict:
     return {".".join(map(str, k)): v for k, v in traverse_util.flatten_dict(d).items()}
 
 
+def _config_text(config) -> str:
+    """The config as a Markdown table for TensorBoard's TEXT tab."""
+    rows = [f"| {k} | {v!r} |" for k, v in sorted(_flat_config(config).items())]
+    return "\n".join(["| key | value |", "|---|---|", *rows])
+
+
 def check_resume_config(stored: dict | None, config, workdir: str) -> None:
     """A workdir's checkpoints may only be resumed by the same experiment (RESUMABLE_KEYS aside)."""
     if stored is None:
@@ -661,6 +666,9 @@ class _Loop:
             steps_per_epoch=self.spe,
             log_every_steps=self.tc.log_every_steps or self.spe,
             enabled=self.primary,
+            learning_rate=lr_schedule(
+                self.tc.learning_rate, self.tc.lr_boundaries, self.tc.lr_decay_factor, self.spe
+            ),
         )
         self.train_step = parallel.jit_train_step(
             make_train_step(exp.model, exp.tx, self.ds.augment, self.ds.mean, self.ds.std),
@@ -740,9 +748,35 @@ class _Loop:
         )
         self.writer.save(self.step, self.state, self.meta)
 
+    def banner(self) -> str:
+        exp, ds, tc = self.exp, self.ds, self.tc
+        precision = jax.config.jax_default_matmul_precision
+        return banner(
+            workdir=exp.workdir,
+            devices=list(self.mesh.devices.flat),
+            processes=jax.process_count(),
+            model=str(exp.config.model.name),
+            num_params=exp.num_params,
+            num_trainable=exp.num_trainable,
+            dataset=ds.name,
+            sizes={"train": len(ds.train), "val": len(ds.val), "test": len(ds.test)},
+            image_shape=ds.image_shape,
+            augment=ds.augment,
+            num_steps=exp.num_steps,
+            steps_per_epoch=self.spe,
+            batch_size=self.bsz,
+            optimizer=str(tc.optimizer),
+            learning_rate=float(tc.learning_rate),
+            precision="default" if precision is None else str(precision),
+            resumed_step=self.step if exp.restored is not None else None,
+        )
+
     def train(self) -> None:
         tc, ds, n = self.tc, self.ds, len(self.ds.train)
-        if self.exp.restored is not None:
+        self.reporter.message(self.banner())
+        if self.exp.restored is None:  # a resumed run has these from its first start
+            self.reporter.text("config", _config_text(self.exp.config))
+        else:
             self.reporter.message(
                 f"resuming from the checkpoint of step {self.step} in {self.writer.directory}"
             )
@@ -773,9 +807,14 @@ class _Loop:
         final = best_variables(self.state.best) if tc.select_best else self.state.variables()
         val_loss, val_err = self.evaluate(final, ds.val)
         test_loss, test_err = self.evaluate(final, ds.test)
+        model_epoch = self.meta["best_epoch"] if tc.select_best else self.step // self.spe
+        label = {
+            "model_epoch": model_epoch,
+            "selected_by": "best validation" if tc.select_best else "last epoch",
+        }
         for split, loss, err in (("val", val_loss, val_err), ("test", test_loss, test_err)):
             if math.isfinite(loss):
-                self.record(split, loss, err, final=True)
+                self.record(split, loss, err, final=True, **label)
         finite = lambda v: v if math.isfinite(v) else None
         now = time.perf_counter()
         results = {
@@ -802,6 +841,10 @@ class _Loop:
             "devices": int(self.mesh.devices.size),
             "device_kind": jax.devices()[0].device_kind,
         }
+        self.reporter.finish(
+            hparams(_flat_config(exp.config)),
+            {"final/test_error": test_err, "final/val_error": val_err},
+        )
         if self.primary:
             path = os.path.join(exp.workdir, "results.json")
             with open(path + ".tmp", "w") as f:
