@@ -2,6 +2,7 @@
 
     python -m invjax.main --config=configs/NAME.py --workdir=DIR [--config.KEY=VALUE ...]
     python -m invjax.main --config=configs/NAME.py --help     # also lists the config's keys
+    python -m invjax.main --config=configs/NAME.py --workdir=DIR --dry_run   # checks only
 
 Examples:
     python -m invjax.main --config=configs/digits_cnn.py --workdir=runs/digits_cnn
@@ -36,6 +37,12 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file.", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run",
+    False,
+    "Check the config, the data, the model's shapes and the workdir, print what the run would "
+    "do, and stop before any compute; writes nothing.",
+)
 
 
 def _fail(message: str, status: int = 2):
@@ -98,7 +105,7 @@ def _help(argv) -> str:
     text = [__doc__.rstrip(), "", "flags:"]
     text += [
         f"  --{name}: {flags.FLAGS[name].help}"
-        for name in ("config", "workdir", "verbosity")
+        for name in ("config", "workdir", "dry_run", "verbosity")
         if name in flags.FLAGS
     ]
     path = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")), None)
@@ -143,6 +150,20 @@ def _record() -> dict:
     }
 
 
+def _describe(plan, train) -> str:
+    """What ``--dry_run`` prints: each stage of the plan and, where prepared, its banner."""
+    lines = [f"dry run: {plan.phases} experiment, {len(plan.stages)} stage(s); nothing computed"]
+    for stage in plan.stages:
+        if stage.results is not None:
+            lines.append(f"{stage.name}: finished in {stage.workdir} (reused)")
+        elif stage.experiment is not None:
+            restored = stage.experiment.restored
+            lines.append(train.describe(stage.experiment, restored.step if restored else None))
+        else:
+            lines.append(f"{stage.name}: to run in {stage.workdir}")
+    return "\n".join(lines)
+
+
 def main(argv):
     del argv
     from invjax import checkpoint, experiment, parallel, train
@@ -157,6 +178,9 @@ def main(argv):
         plan = experiment.check(config, _WORKDIR.value)  # every phase, before any compute
     except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
         _fail(str(e))
+    if _DRY_RUN.value:
+        print(_describe(plan, train), flush=True)
+        return
     try:
         results = experiment.execute(plan, record=_record())
     except train.NonFiniteLossError as e:

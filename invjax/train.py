@@ -612,6 +612,31 @@ def prepare(config, workdir: str, load_sources: bool = True) -> Experiment:
     )
 
 
+def describe(exp: Experiment, resumed_step: int | None = None) -> str:
+    """The start-up banner of an experiment (:func:`invjax.logging_utils.banner`)."""
+    ds, tc = exp.dataset, exp.config.train
+    precision = jax.config.jax_default_matmul_precision
+    return banner(
+        workdir=exp.workdir,
+        devices=list(exp.mesh.devices.flat),
+        processes=jax.process_count(),
+        model=str(exp.config.model.name),
+        num_params=exp.num_params,
+        num_trainable=exp.num_trainable,
+        dataset=ds.name,
+        sizes={"train": len(ds.train), "val": len(ds.val), "test": len(ds.test)},
+        image_shape=ds.image_shape,
+        augment=ds.augment,
+        num_steps=exp.num_steps,
+        steps_per_epoch=exp.steps_per_epoch,
+        batch_size=int(tc.batch_size),
+        optimizer=str(tc.optimizer),
+        learning_rate=float(tc.learning_rate),
+        precision="default" if precision is None else str(precision),
+        resumed_step=resumed_step,
+    )
+
+
 def _fresh_meta() -> dict:
     return {
         "epoch_sums": [0.0, 0.0, 0],
@@ -748,32 +773,10 @@ class _Loop:
         )
         self.writer.save(self.step, self.state, self.meta)
 
-    def banner(self) -> str:
-        exp, ds, tc = self.exp, self.ds, self.tc
-        precision = jax.config.jax_default_matmul_precision
-        return banner(
-            workdir=exp.workdir,
-            devices=list(self.mesh.devices.flat),
-            processes=jax.process_count(),
-            model=str(exp.config.model.name),
-            num_params=exp.num_params,
-            num_trainable=exp.num_trainable,
-            dataset=ds.name,
-            sizes={"train": len(ds.train), "val": len(ds.val), "test": len(ds.test)},
-            image_shape=ds.image_shape,
-            augment=ds.augment,
-            num_steps=exp.num_steps,
-            steps_per_epoch=self.spe,
-            batch_size=self.bsz,
-            optimizer=str(tc.optimizer),
-            learning_rate=float(tc.learning_rate),
-            precision="default" if precision is None else str(precision),
-            resumed_step=self.step if exp.restored is not None else None,
-        )
-
     def train(self) -> None:
         tc, ds, n = self.tc, self.ds, len(self.ds.train)
-        self.reporter.message(self.banner())
+        resumed = self.step if self.exp.restored is not None else None
+        self.reporter.message(describe(self.exp, resumed))
         if self.exp.restored is None:  # a resumed run has these from its first start
             self.reporter.text("config", _config_text(self.exp.config))
         else:
