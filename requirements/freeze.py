@@ -59,7 +59,14 @@ def closure(requirements: list[str]) -> dict[str, str]:
     return pinned
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python requirements/freeze.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = list(project["dependencies"])
     for extra in EXTRAS:
