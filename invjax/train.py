@@ -146,6 +146,9 @@ def lr_schedule(
     with ``count = b * steps_per_epoch``, the first of epoch ``b``, uses the decayed rate, as
     PyTorch's ``MultiStepLR`` stepped at epoch ends. ``optax.piecewise_constant_schedule``
     switches at ``count >= boundary`` too (its indicator is ``sign(boundary - count) > 0``).
+    It multiplies the factors one by one in float32, so after three or more decays the rate can
+    be one float32 ulp from ``lr * factor^k`` (measured over every config: only STL-10's fourth
+    stage, relative 1.2e-7).
     """
     scales: dict[int, float] = {}
     for e in boundaries:  # two fractional epochs may round to one step: factor^2 there
