@@ -212,6 +212,21 @@ def _percent_axis(axis, log: bool) -> None:
         axis.set_minor_formatter(ticker.FuncFormatter(pct))
 
 
+def short_labels(names: Sequence[str]) -> dict[str, str]:
+    """Legend labels: ``stem[k=v, ...]`` names without the overrides they all share (a plot of a
+    sweep over one key then shows just that key)."""
+    parsed = {}
+    for name in names:
+        stem, _, rest = name.partition("[")
+        parsed[name] = (stem, rest.rstrip("]").split(", ") if rest else [])
+    common = set.intersection(*(set(o) for _, o in parsed.values())) if parsed else set()
+    out = {}
+    for name, (stem, overrides) in parsed.items():
+        kept = [o for o in overrides if o not in common]
+        out[name] = stem + (f"[{', '.join(kept)}]" if kept else "")
+    return out
+
+
 def plot(rows: Sequence[dict], path: str) -> str | None:
     """Test error vs ``n_train`` (log-log, percent), one panel per dataset. Returns the path
     written, or None (with a message on stderr) if matplotlib is missing or no experiment has
@@ -236,13 +251,14 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
         return None
     fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 4.2), squeeze=False)
     for ax, (ds, exps) in zip(axes[0], sorted(curves.items())):
+        labels = short_labels(list(exps))
         for name, rs in sorted(exps.items()):
             rs = sorted(rs, key=lambda r: r["n_train"])
             x = [r["n_train"] for r in rs]
             m = [r["test_error_mean"] for r in rs]
             s = [r["test_error_std"] for r in rs]
             runs = "/".join(sorted({str(r["runs"]) for r in rs}))
-            ax.plot(x, m, marker="o", label=f"{name} (n={runs})")
+            ax.plot(x, m, marker="o", label=f"{labels[name]} (n={runs})")
             lo = [max(a - b, 1e-3) for a, b in zip(m, s)]
             ax.fill_between(x, lo, [a + b for a, b in zip(m, s)], alpha=0.2)
         ax.set_xscale("log")
@@ -253,10 +269,11 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
         ax.set_ylabel("test error (mean ± std over seeds)")
         ax.set_title(ds)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        # Below the panel: a legend inside would hide the curves.
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -314,14 +331,19 @@ def plot_curves(runs: Sequence[tuple[str, dict]], runs_dir: str, path: str) -> s
     _percent_axis(ax_err.yaxis, log=False)
     ax_loss.set_ylabel("cross-entropy loss")
     ax_loss.set_yscale("log")
+    from matplotlib import ticker
+
+    plain = ticker.FuncFormatter(lambda v, _: f"{v:g}")  # 1.6, not 1.6x10^0
+    ax_loss.yaxis.set_major_formatter(plain)
+    ax_loss.yaxis.set_minor_formatter(plain)
     for ax in (ax_err, ax_loss):
         ax.set_xlabel("epoch")
         ax.grid(True, which="both", alpha=0.3)
     if len(curves) <= 12:
-        ax_err.legend(fontsize=7)
+        ax_err.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 

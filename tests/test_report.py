@@ -251,3 +251,15 @@ def test_training_curves_from_metrics(runs, tmp_path, capsys):
     assert report.main([str(runs), "--plot", str(tmp_path / "a.png"), "--curves",
                         str(tmp_path / "b.png")]) == 0  # fmt: skip
     assert (tmp_path / "a.png").exists() and (tmp_path / "b.png").exists()
+
+
+def test_legend_labels_drop_the_overrides_all_curves_share():
+    names = [
+        "digits_cnn[model.width=16, train.num_epochs=15]",
+        "digits_cnn[model.width=32, train.num_epochs=15]",
+    ]
+    assert report.short_labels(names) == {
+        names[0]: "digits_cnn[model.width=16]",
+        names[1]: "digits_cnn[model.width=32]",
+    }
+    assert report.short_labels(["a", "b[x=1]"]) == {"a": "a", "b[x=1]": "b[x=1]"}
