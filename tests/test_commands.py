@@ -298,7 +298,7 @@ def test_invariance_on_own_images_needs_no_dataset(tmp_path):
             sys.executable,
             "-m",
             "invjax.invariance",
-            "--config=configs/svhn_e2_ii.py",
+            "--config=configs/svhn_std.py",
             "--config.model.depth=10",
             "--config.model.widen_factor=1",
             "--config.model.stem_width=4",
@@ -311,6 +311,6 @@ def test_invariance_on_own_images_needs_no_dataset(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["normalisation"] == "the images' own" and out["n_images"] == 2
-    # E(2)-II network: exactly invariant to 90-degree rotations and flips (float32 rounding).
+    # A plain WRN on noise: a finite, non-zero invariance error (it is not invariant).
     for t in ("rot90", "flip"):
-        assert out["invariance_error"][t]["logits"] < 1e-8
+        assert 0 < out["invariance_error"][t]["logits"] < float("inf")
