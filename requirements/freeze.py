@@ -73,8 +73,8 @@ def main(argv=None) -> int:
         reqs += project["optional-dependencies"][extra]
     pinned = closure(reqs)
     lines = [
-        "# Versions the tests passed with (python requirements/freeze.py; Python "
-        f"{sys.version.split()[0]}, CPU).",
+        "# The development machine's working install that the tests run with "
+        f"(python requirements/freeze.py; Python {sys.version.split()[0]}, CPU).",
         '# pip install -r requirements/tested.txt -e ".[test]"',
         *[f"{k}=={v}" for k, v in sorted(pinned.items(), key=lambda kv: kv[0].lower())],
     ]
