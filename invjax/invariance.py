@@ -1,4 +1,4 @@
-"""Invariance error Delta of layers and models (paper Section 5.1, Table 1; DESIGN.md contract 2).
+"""Invariance error Delta of layers and models (paper Section 5.1, Table 1; README, "Contracts", 2).
 
     python -m invjax.invariance --table1 [--json] [--n_samples=100] [--columns=input,input_x2,cnn]
     python -m invjax.invariance --config=configs/NAME.py [--workdir=DIR] [--images=FILE.npy] \\
@@ -51,7 +51,10 @@ Model mode (``--config``)
   (:func:`invjax.checkpoint.load_params`), otherwise initialises them from ``config.seed``.
   Images: ``--images=FILE.npy`` (float32 ``[N, H, W, C]`` in [0, 1]) or the first
   ``--n_samples`` test images of ``config.data``. Transforms act on the [0, 1] images, which are
-  then normalised with the training split's mean/std exactly as in training. For each transform
+  then normalised with the training split's mean/std exactly as in training. With ``--images``
+  and no ``--workdir`` no dataset is read (none needs to be prepared): the freshly initialised
+  model is built from the config and the images' shape, and the images are normalised with their
+  own per-channel mean/std (a fresh model has no training statistics). For each transform
   it prints Delta of the logits and of the model's invariant features: the outputs of every II
   or pooling layer of :mod:`invjax.layers.ii` in the model (they sow ``invariant_features``),
   concatenated; ``null`` when the model has none.
@@ -368,8 +371,10 @@ def _model_features(model, variables, mean, std):
     mean = jnp.asarray(mean, jnp.float32)
     std = jnp.asarray(std, jnp.float32)
 
+    # The variables are an argument, not constants baked into the program: closed over, XLA
+    # constant-folds every basis expansion of a big network (minutes of compilation).
     @jax.jit
-    def fn(images):
+    def apply(variables, images):
         x = (images - mean) / std
         logits, state = model.apply(variables, x, train=False, mutable=["intermediates"])
         feats = sown_features(state.get("intermediates", {}))
@@ -380,7 +385,7 @@ def _model_features(model, variables, mean, std):
             )
         return out
 
-    return fn
+    return lambda images: apply(variables, images)
 
 
 def model_invariance(
@@ -416,7 +421,9 @@ def model_invariance(
                 f"images have shape {images.shape}: {name} models take [N, {image_shape[0]}, "
                 f"{image_shape[1]}, {image_shape[2]}] float32 in [0, 1]"
             )
-    ds = datasets.load(data_cfg)
+    # A fresh model on the user's own images needs no dataset: only its shape and class count.
+    ds = datasets.load(data_cfg) if images is None or workdir else None
+    num_classes = ds.num_classes if ds is not None else datasets.DATASETS[name][1]
     model_cfg = (
         config.model.copy_and_resolve_references()
         if hasattr(config.model, "unlocked")
@@ -424,13 +431,17 @@ def model_invariance(
     )
     if model_cfg.get("num_classes") is None:  # as the trainer: None means the dataset's
         with model_cfg.unlocked():
-            model_cfg.num_classes = ds.num_classes
+            model_cfg.num_classes = num_classes
     model = models.build(model_cfg)
-    mean, std = ds.mean, ds.std
     if images is None:
         test = ds.test.images[:n_samples]
         images = test.astype(np.float32) / (255.0 if test.dtype == np.uint8 else 1.0)
     images = np.asarray(images, np.float32)
+    if ds is not None:
+        mean, std = ds.mean, ds.std
+    else:
+        mean = images.mean(axis=(0, 1, 2))
+        std = np.maximum(images.std(axis=(0, 1, 2)), 1e-6)
     if workdir:
         from invjax import checkpoint
 
@@ -451,6 +462,7 @@ def model_invariance(
         "n_images": len(images),
         "model": str(model_cfg.get("name")),
         "variables": "checkpoint" if workdir else "initialised",
+        "normalisation": "training split" if ds is not None else "the images' own",
     }
 
 
@@ -462,16 +474,38 @@ def main(argv=None) -> int:
     from ml_collections import config_flags
 
     fl = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "Model config file.", flag_values=fl)
-    flags.DEFINE_bool("table1", False, "Print the paper's Table 1.", flag_values=fl)
-    flags.DEFINE_bool("json", False, "Print JSON.", flag_values=fl)
-    flags.DEFINE_string(
-        "workdir", None, "Run directory to load the variables from.", flag_values=fl
+    config_flags.DEFINE_config_file(
+        "config",
+        None,
+        "Experiment config file (configs/NAME.py): its model is measured (model mode).",
+        flag_values=fl,
     )
-    flags.DEFINE_string("images", None, "float32 [N, H, W, C] .npy in [0, 1].", flag_values=fl)
-    flags.DEFINE_string("transforms", ",".join(TRANSFORMS), "Comma list.", flag_values=fl)
+    flags.DEFINE_bool(
+        "table1", False, "Print the paper's Table 1 (instead of --config).", flag_values=fl
+    )
+    flags.DEFINE_bool("json", False, "Print one JSON object instead of a table.", flag_values=fl)
+    flags.DEFINE_string(
+        "workdir",
+        None,
+        "Run directory of invjax.main to load the trained variables from (default: a freshly "
+        "initialised model).",
+        flag_values=fl,
+    )
+    flags.DEFINE_string(
+        "images",
+        None,
+        "float32 [N, H, W, C] .npy in [0, 1] (default: the first --n_samples test images of "
+        "config.data; with --images and no --workdir no dataset is read).",
+        flag_values=fl,
+    )
+    flags.DEFINE_string(
+        "transforms",
+        ",".join(TRANSFORMS),
+        f"Comma list of transform families, some of {list(TRANSFORMS)}.",
+        flag_values=fl,
+    )
     flags.DEFINE_integer(
-        "n_samples", TABLE1_SAMPLES, "Samples (table 1 / test images).", flag_values=fl
+        "n_samples", TABLE1_SAMPLES, "Samples (Table 1 / test images).", flag_values=fl
     )
     flags.DEFINE_integer(
         "seed", TABLE1_SEED, "Table 1 seed (data and random layers).", flag_values=fl
@@ -493,6 +527,9 @@ def main(argv=None) -> int:
         flag_values=fl,
     )
     argv = list(sys.argv if argv is None else argv)
+    if any(a in ("-h", "--help", "-help", "--helpshort") for a in argv[1:]):
+        print(__doc__.rstrip() + "\n\nflags:\n" + fl.get_help(include_special_flags=False))
+        return 0
     try:
         fl(argv)
         if fl.table1 == (fl["config"].value is not None):

@@ -1,6 +1,18 @@
-"""Train and evaluate one experiment (DESIGN.md, contract 1).
+"""Train and evaluate one experiment (README, "Contracts", 1).
 
     python -m invjax.main --config=configs/NAME.py --workdir=DIR [--config.KEY=VALUE ...]
+    python -m invjax.main --config=configs/NAME.py --help     # also lists the config's keys
+    python -m invjax.main --config=configs/NAME.py --workdir=DIR --dry_run   # checks only
+
+Examples:
+    python -m invjax.main --config=configs/digits_cnn.py --workdir=runs/digits_cnn
+    python -m invjax.main --config=configs/cifar10_e2_ii.py --workdir=runs/c10_e2ii_1k \\
+        --config.data.n_train=1000 --config.seed=1
+
+Common overrides: ``--config.seed``, ``--config.data.n_train`` (N_t, 0 = all),
+``--config.train.num_epochs``, ``--config.train.batch_size`` (global; divisible by the number
+of devices, all of which are used), ``--config.train.learning_rate``, ``--config.model.head``
+(multi-stream). Every experiment of the paper is one file in ``configs/`` (README, "Configs").
 
 Writes ``DIR/metrics.jsonl``, ``DIR/results.json``, ``DIR/tensorboard/`` and orbax checkpoints
 under ``DIR/checkpoints``; the last line of output is ``test_error=X.XX%``. Started again with
@@ -30,6 +42,12 @@ _CACHE = flags.DEFINE_string(
     None,
     "Directory of JAX's persistent compilation cache ('off' disables it). Default: "
     "$INVJAX_COMPILATION_CACHE, else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/invjax/xla.",
+)
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run",
+    False,
+    "Check the config, the data, the model's shapes and the workdir, print what the run would "
+    "do, and stop before any compute; writes nothing.",
 )
 
 
@@ -77,7 +95,51 @@ def _check_config_args(argv) -> None:
             node, walked = node[part], f"{walked}.{part}"
 
 
+def _config_keys(config, prefix="config") -> list[str]:
+    out = []
+    for key in sorted(config.keys()):
+        value = config[key]
+        if hasattr(value, "keys") and hasattr(value, "unlocked"):
+            out += _config_keys(value, f"{prefix}.{key}")
+        else:
+            out.append(f"  --{prefix}.{key}={value!r}")
+    return out
+
+
+def _help(argv) -> str:
+    """The module docstring, the flags, and with ``--config=FILE`` the keys it can override."""
+    text = [__doc__.rstrip(), "", "flags:"]
+    text += [
+        f"  --{name}: {flags.FLAGS[name].help}"
+        for name in ("config", "workdir", "dry_run", "verbosity")
+        if name in flags.FLAGS
+    ]
+    path = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")), None)
+    if path is None:
+        here = os.path.join(os.getcwd(), "configs")
+        if os.path.isdir(here):
+            names = sorted(
+                f[:-3]
+                for f in os.listdir(here)
+                if f.endswith(".py") and f not in ("common.py", "models.py")
+            )
+            text += ["", f"configs (in {here}): " + ", ".join(names)]
+        text += ["", "Add --config=configs/NAME.py to --help to list that config's keys."]
+        return "\n".join(text)
+    file, _, param = path.partition(":")
+    spec = importlib.util.spec_from_file_location("_invjax_config_help", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config(param) if param else module.get_config()
+    text += ["", f"keys of {path} (override with --config.KEY=VALUE; shown: its values):"]
+    return "\n".join(text + _config_keys(config))
+
+
 def _parse_flags(argv):
+    if any(a in ("-h", "--help", "-help", "--helpshort") for a in argv[1:]):
+        _check_config_args([a for a in argv if not a.startswith("--config.")])
+        print(_help(argv))
+        sys.exit(0)
     _check_config_args(argv)
     try:
         return flags.FLAGS(argv)
@@ -92,6 +154,20 @@ def _record() -> dict:
         "config_file": config_flags.get_config_filename(flag),
         "overrides": {k: v for k, v in sorted(config_flags.get_override_values(flag).items())},
     }
+
+
+def _describe(plan, train) -> str:
+    """What ``--dry_run`` prints: each stage of the plan and, where prepared, its banner."""
+    lines = [f"dry run: {plan.phases} experiment, {len(plan.stages)} stage(s); nothing computed"]
+    for stage in plan.stages:
+        if stage.results is not None:
+            lines.append(f"{stage.name}: finished in {stage.workdir} (reused)")
+        elif stage.experiment is not None:
+            restored = stage.experiment.restored
+            lines.append(train.describe(stage.experiment, restored.step if restored else None))
+        else:
+            lines.append(f"{stage.name}: to run in {stage.workdir}")
+    return "\n".join(lines)
 
 
 def main(argv):
@@ -112,6 +188,9 @@ def main(argv):
         plan = experiment.check(config, _WORKDIR.value)  # every phase, before any compute
     except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
         _fail(str(e))
+    if _DRY_RUN.value:
+        print(_describe(plan, train), flush=True)
+        return
     try:
         results = experiment.execute(plan, record=_record())
     except train.NonFiniteLossError as e:

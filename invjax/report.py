@@ -1,21 +1,27 @@
 """Aggregate finished runs into tables (mean +- std over seeds) and a plot of error vs training size.
 
-    python -m invjax.report RUNS_DIR [--markdown] [--plot FILE | --no-plot] [--include-streams]
+    python -m invjax.report RUNS_DIR [--markdown | --json] [--plot FILE] [--curves FILE]
+                            [--no-plot] [--include-streams]
 
 Reads every ``results.json`` under ``RUNS_DIR`` (contract 1), groups the runs by experiment
 (config file and the overrides other than seed / subset / realisation, which ``invjax.main``
 records in ``results.json``), dataset and training-set size ``n_train``, and prints one row per
-group: the number of runs, test error mean +- sample standard deviation (``ddof=1``; 0 for one
-run) over the seeds (Scaled-MNIST: the realisations), validation error, parameters and wall
-time. The paper reports its tables and curves this way (Tables 2-4, Figures 2-5).
+group: the number of runs, test error mean +- sample standard deviation (``ddof=1``) over the
+seeds (Scaled-MNIST: the realisations), validation error, parameters and wall time; a group of
+one run shows its figure with ``(n=1)``, as it has no spread. The paper reports its tables and
+curves this way (Tables 2-4, Figures 2-5).
 
 Phase-1 stream runs of two-phase experiments (``*/streams/<stream>/``) are left out unless
 ``--include-streams``: they are parts of the multi-stream experiment above them.
 
-The plot (``RUNS_DIR/error_vs_n_train.png`` unless ``--plot``) draws test error against
-``n_train`` on log-log axes, one panel per dataset and one line (mean, +- std band) per
-experiment, like the paper's limited-data figures. It needs matplotlib, which invjax does not
-require: without it the plot is skipped with a message.
+Plots (matplotlib, an invjax dependency; ``--no-plot`` skips them):
+
+- ``RUNS_DIR/error_vs_n_train.png`` (``--plot``): test error against the training-set size
+  ``N_t`` on log-log axes with the error in percent, one panel per dataset and one line (mean,
+  +- std band) per experiment with two or more sizes, like the paper's limited-data figures.
+- ``RUNS_DIR/training_curves.png`` (``--curves``): train and validation error (percent) and loss
+  against the epoch of every run, from its ``metrics.jsonl``; a star marks the final test error
+  at the epoch of the reported model (best validation or last).
 """
 
 from __future__ import annotations
@@ -106,8 +112,9 @@ def aggregate(runs: Iterable[tuple[str, dict]], runs_dir: str) -> list[dict]:
             if isinstance(r.get(key), int | float) and math.isfinite(r[key])
         ]
 
-        test_m, test_s = mean_std(finite("test_error"))
-        val_m, val_s = mean_std(finite("val_error"))
+        test, val = finite("test_error"), finite("val_error")
+        test_m, test_s = mean_std(test)
+        val_m, val_s = mean_std(val)
         params = sorted({int(r["params"]) for r in rs if isinstance(r.get("params"), int)})
         wall = finite("wall_time_s")
         rows.append(
@@ -119,8 +126,10 @@ def aggregate(runs: Iterable[tuple[str, dict]], runs_dir: str) -> list[dict]:
                 "seeds": sorted({r.get("seed") for r in rs}, key=str),
                 "test_error_mean": test_m,
                 "test_error_std": test_s,
+                "test_error_n": len(test),
                 "val_error_mean": val_m,
                 "val_error_std": val_s,
+                "val_error_n": len(val),
                 "params": params[0] if len(params) == 1 else params,
                 "wall_time_s_mean": sum(wall) / len(wall) if wall else math.nan,
             }
@@ -129,8 +138,11 @@ def aggregate(runs: Iterable[tuple[str, dict]], runs_dir: str) -> list[dict]:
     return rows
 
 
-def _pm(mean: float, std: float) -> str:
-    return "n/a" if math.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
+def _pm(mean: float, std: float, n: int = 2) -> str:
+    """``mean ± std``; a single run has no spread to show: ``mean (n=1)``."""
+    if math.isnan(mean):
+        return "n/a"
+    return f"{mean:.2f} (n=1)" if n == 1 else f"{mean:.2f} ± {std:.2f}"
 
 
 def _params(p) -> str:
@@ -157,8 +169,8 @@ def table(rows: Sequence[dict], markdown: bool = False) -> str:
             str(r["dataset"]),
             str(r["n_train"]),
             str(r["runs"]),
-            _pm(r["test_error_mean"], r["test_error_std"]),
-            _pm(r["val_error_mean"], r["val_error_std"]),
+            _pm(r["test_error_mean"], r["test_error_std"], r["test_error_n"]),
+            _pm(r["val_error_mean"], r["val_error_std"], r["val_error_n"]),
             _params(r["params"]),
             "n/a" if math.isnan(r["wall_time_s_mean"]) else f"{r['wall_time_s_mean']:.0f}",
         ]
@@ -173,9 +185,8 @@ def table(rows: Sequence[dict], markdown: bool = False) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, body)])
 
 
-def plot(rows: Sequence[dict], path: str) -> str | None:
-    """Test error vs ``n_train`` (log-log), one panel per dataset. Returns the path written, or
-    None (with a message on stderr) if matplotlib is missing or no experiment has two sizes."""
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or None with a message."""
     try:
         import matplotlib
 
@@ -186,6 +197,45 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
             "report: matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr
         )
         return None
+    return plt
+
+
+def _percent_axis(axis, log: bool) -> None:
+    """Tick labels like ``5%``, ``20%`` (a log axis would print ``4x10^1``); on a log axis the
+    minor ticks at 2x and 5x a power of ten are labelled too, so a narrow range still reads."""
+    from matplotlib import ticker
+
+    pct = lambda v, _: f"{v:g}%"
+    axis.set_major_formatter(ticker.FuncFormatter(pct))
+    if log:
+        axis.set_minor_locator(ticker.LogLocator(base=10, subs=(2.0, 5.0)))
+        axis.set_minor_formatter(ticker.FuncFormatter(pct))
+
+
+def short_labels(names: Sequence[str]) -> dict[str, str]:
+    """Legend labels: ``stem[k=v, ...]`` names without the overrides they all share (a plot of a
+    sweep over one key then shows just that key)."""
+    parsed = {}
+    for name in names:
+        stem, _, rest = name.partition("[")
+        parsed[name] = (stem, rest.rstrip("]").split(", ") if rest else [])
+    common = set.intersection(*(set(o) for _, o in parsed.values())) if parsed else set()
+    out = {}
+    for name, (stem, overrides) in parsed.items():
+        kept = [o for o in overrides if o not in common]
+        out[name] = stem + (f"[{', '.join(kept)}]" if kept else "")
+    return out
+
+
+def plot(rows: Sequence[dict], path: str) -> str | None:
+    """Test error vs ``n_train`` (log-log, percent), one panel per dataset. Returns the path
+    written, or None (with a message on stderr) if matplotlib is missing or no experiment has
+    two sizes."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    from matplotlib import ticker
+
     curves: dict[str, dict[str, list[dict]]] = {}
     for r in rows:
         if (
@@ -201,38 +251,118 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
         return None
     fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 4.2), squeeze=False)
     for ax, (ds, exps) in zip(axes[0], sorted(curves.items())):
+        labels = short_labels(list(exps))
         for name, rs in sorted(exps.items()):
             rs = sorted(rs, key=lambda r: r["n_train"])
             x = [r["n_train"] for r in rs]
             m = [r["test_error_mean"] for r in rs]
             s = [r["test_error_std"] for r in rs]
-            ax.plot(x, m, marker="o", label=name)
+            runs = "/".join(sorted({str(r["runs"]) for r in rs}))
+            ax.plot(x, m, marker="o", label=f"{labels[name]} (n={runs})")
             lo = [max(a - b, 1e-3) for a, b in zip(m, s)]
             ax.fill_between(x, lo, [a + b for a, b in zip(m, s)], alpha=0.2)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        _percent_axis(ax.yaxis, log=True)
         ax.set_xlabel("training images N_t")
-        ax.set_ylabel("test error [%]")
+        ax.set_ylabel("test error (mean ± std over seeds)")
         ax.set_title(ds)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        # Below the panel: a legend inside would hide the curves.
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    """The records of ``run_dir/metrics.jsonl`` (lines cut short by a kill are skipped)."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def plot_curves(runs: Sequence[tuple[str, dict]], runs_dir: str, path: str) -> str | None:
+    """Training curves of every run: error (percent) and loss against the epoch, train dashed,
+    validation solid, the final test error as a star at the reported model's epoch. Returns the
+    path written, or None (with a message) without matplotlib or without any metrics.jsonl."""
+    curves = [(d, r, read_metrics(d)) for d, r in runs]
+    curves = [(d, r, m) for d, r, m in curves if any(not x.get("final") for x in m)]
+    if not curves:
+        print("report: no run has a metrics.jsonl: no training curves", file=sys.stderr)
+        return None
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, (ax_err, ax_loss) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (run_dir, results, metrics) in enumerate(sorted(curves, key=lambda c: c[0])):
+        color = colors[i % len(colors)]
+        label = os.path.relpath(run_dir, runs_dir)
+        label = experiment_name(run_dir, results, runs_dir) if label == "." else label
+        for split, style in (("train", "--"), ("val", "-")):
+            recs = [x for x in metrics if x.get("split") == split and not x.get("final")]
+            epochs = [x["epoch"] for x in recs]
+            for ax, key in ((ax_err, "error"), (ax_loss, "loss")):
+                ys = [math.nan if x.get(key) is None else x[key] for x in recs]
+                ax.plot(
+                    epochs,
+                    ys,
+                    style,
+                    color=color,
+                    label=f"{label} {split}" if ax is ax_err else None,
+                )
+        final = [x for x in metrics if x.get("final") and x.get("split") == "test"]
+        if final and final[-1].get("error") is not None:
+            at = final[-1].get("model_epoch", final[-1]["epoch"])
+            ax_err.plot([at], [final[-1]["error"]], "*", color=color, markersize=12)
+    ax_err.set_ylabel("error (train --, val -, test *)")
+    _percent_axis(ax_err.yaxis, log=False)
+    ax_loss.set_ylabel("cross-entropy loss")
+    ax_loss.set_yscale("log")
+    from matplotlib import ticker
+
+    plain = ticker.FuncFormatter(lambda v, _: f"{v:g}")  # 1.6, not 1.6x10^0
+    ax_loss.yaxis.set_major_formatter(plain)
+    ax_loss.yaxis.set_minor_formatter(plain)
+    for ax in (ax_err, ax_loss):
+        ax.set_xlabel("epoch")
+        ax.grid(True, which="both", alpha=0.3)
+    if len(curves) <= 12:
+        ax_err.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m invjax.report", description=__doc__.split("\n\n")[0]
+        prog="python -m invjax.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("runs_dir", help="directory searched for results.json files")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument(
         "--plot", default=None, help="plot file (default RUNS_DIR/error_vs_n_train.png)"
     )
-    parser.add_argument("--no-plot", action="store_true", help="do not plot")
+    parser.add_argument(
+        "--curves", default=None, help="training curves file (default RUNS_DIR/training_curves.png)"
+    )
+    parser.add_argument("--no-plot", action="store_true", help="draw neither plot")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead")
     parser.add_argument(
         "--include-streams", action="store_true", help="also list phase-1 stream runs"
@@ -255,6 +385,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = plot(rows, args.plot or os.path.join(args.runs_dir, "error_vs_n_train.png"))
         if path:
             print(f"plot: {path}", file=sys.stderr)
+        path = plot_curves(
+            runs, args.runs_dir, args.curves or os.path.join(args.runs_dir, "training_curves.png")
+        )
+        if path:
+            print(f"training curves: {path}", file=sys.stderr)
     return 0
 
 

@@ -270,3 +270,70 @@ def test_sweep_local_runs_side_by_side_and_resumes(tmp_path):
     assert json.loads((point[1] / "results.json").read_text())["test_error"] == pytest.approx(
         first[1]["test_error"]
     )
+
+
+# ----------------------------------------------------------------------------- readable output
+
+
+def test_a_single_run_shows_no_spread(runs, capsys):
+    assert report.main([str(runs), "--markdown", "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    # cifar10_triple has one run: its figure with (n=1), not "8.00 ± 0.00".
+    assert "| cifar10_triple | cifar10 | 100 | 1 | 8.00 (n=1) |" in out
+    assert "± 0.00" not in out
+    assert report._pm(12.0, 2.0, 3) == "12.00 ± 2.00" and report._pm(20.33, 0.0, 1) == "20.33 (n=1)"
+
+
+def test_percent_tick_labels_on_log_axes():
+    plt = pytest.importorskip("matplotlib.pyplot")
+    fig, ax = plt.subplots()
+    ax.plot([100, 1000], [4.0, 40.0])
+    ax.set_yscale("log")
+    report._percent_axis(ax.yaxis, log=True)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels(minor=False)]
+    labels += [t.get_text() for t in ax.get_yticklabels(minor=True)]
+    plt.close(fig)
+    shown = {x for x in labels if x}
+    # The decade and the 2x / 5x ticks in between read as percentages (not 4x10^1).
+    assert {"10%", "20%", "5%"} <= shown, shown
+    assert all(x.endswith("%") and "10^" not in x for x in shown), shown
+
+
+def test_training_curves_from_metrics(runs, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    run_dir = runs / "cifar10_std" / "n100_s0"
+    recs = [
+        {"step": e, "epoch": e, "split": s, "loss": 2.0 / e, "error": 50.0 / e}
+        for e in (1, 2, 3)
+        for s in ("train", "val")
+    ]
+    recs.append(
+        {"step": 3, "epoch": 3, "split": "test", "loss": 0.7, "error": 20.0, "final": True,
+         "model_epoch": 2, "selected_by": "best validation"}
+    )  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + "{cut")
+    assert len(report.read_metrics(str(run_dir))) == 7  # the cut line is skipped
+    found = report.find_results(str(runs))
+    path = report.plot_curves(found, str(runs), str(tmp_path / "curves.png"))
+    assert path and os.path.getsize(path) > 1000
+    # No metrics.jsonl anywhere: a message, no file.
+    others = [r for r in found if r[0] != str(run_dir)]
+    assert report.plot_curves(others, str(runs), str(tmp_path / "none.png")) is None
+    assert "no training curves" in capsys.readouterr().err
+    # The command line writes both plots where asked.
+    assert report.main([str(runs), "--plot", str(tmp_path / "a.png"), "--curves",
+                        str(tmp_path / "b.png")]) == 0  # fmt: skip
+    assert (tmp_path / "a.png").exists() and (tmp_path / "b.png").exists()
+
+
+def test_legend_labels_drop_the_overrides_all_curves_share():
+    names = [
+        "digits_cnn[model.width=16, train.num_epochs=15]",
+        "digits_cnn[model.width=32, train.num_epochs=15]",
+    ]
+    assert report.short_labels(names) == {
+        names[0]: "digits_cnn[model.width=16]",
+        names[1]: "digits_cnn[model.width=32]",
+    }
+    assert report.short_labels(["a", "b[x=1]"]) == {"a": "a", "b[x=1]": "b[x=1]"}

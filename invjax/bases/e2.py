@@ -6,7 +6,7 @@ radius ``R``, angular frequency ``m`` and ``h_m`` one of ``1`` (m = 0), ``cos(m 
 exact for every angle: sampling is the only approximation, and for 90-degree rotations and flips
 the sampled transformed basis is the permuted sampled basis (the grid maps onto itself).
 
-Defaults follow e2cnn (REFERENCES.md): rings at radii ``0 .. (k-1)//2`` (times ``dilation``);
+Defaults follow e2cnn (QUVA-Lab/e2cnn, its ring basis): rings at radii ``0 .. (k-1)//2`` (times ``dilation``);
 ``sigma`` 0.6 per ring, 0.4 on the outer ring, 0.005 at the centre; band limit per ring: 0 at the
 centre, 2 on the outer ring, ``min(2r, 2r - (r+1) % 2)`` in between. For k = 3 this gives 6
 functions, k = 5 gives 11, k = 7 gives 18. Functions are normalised to unit L2 norm on the grid;

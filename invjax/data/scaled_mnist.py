@@ -1,6 +1,6 @@
 """Scaled-MNIST (MNIST-scale) generated from MNIST as SESN did, deterministic and cached.
 
-Protocol (SESN's ``prepare_datasets.py``, REFERENCES.md): MNIST's train and test images are
+Protocol (SESN's ``prepare_datasets.py``, ISosnovik/sesn): MNIST's train and test images are
 pooled (70k); a stratified 12k/50k split gives train+validation and test (the other 8k are not
 used); a stratified 10k/2k split of the 12k gives train and validation. Every image is shrunk
 about its centre by its own ``s ~ U(0.3, 1.0)`` with bicubic interpolation and zeros outside

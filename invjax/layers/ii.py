@@ -254,7 +254,7 @@ class ScaleMonomialInvariantIntegration(nn.Module):
 
 
 class MixedPooling(nn.Module):
-    """DISCO's pooling baseline on a max-projected map (REFERENCES.md): ReLU, MaxPool ``max_window``
+    """DISCO's pooling baseline on a max-projected map (ISosnovik/disco): ReLU, MaxPool ``max_window``
     stride 1, AvgPool ``avg_window`` stride ``avg_stride``, BatchNorm per channel, flattened
     channel-major (feature ``c * H'W' + position``, as PyTorch's ``view`` of ``[B, C, H', W']``).
 

@@ -1,6 +1,6 @@
 """Networks assembled from layers; :func:`build` turns ``config.model`` into a Linen module.
 
-Contract (DESIGN.md, 3): ``module = build(config.model)``; ``module.init(rng, x, train=False)``
+Contract (README, "Contracts", 3): ``module = build(config.model)``; ``module.init(rng, x, train=False)``
 and ``module.apply(variables, x, train=False)`` map float32 NHWC images to logits.
 """
 

@@ -104,6 +104,12 @@ def layer_rows(module: nn.Module, input_shape: Sequence[int]) -> list[dict]:
 
     ``output`` is the shape of the layer's output on ``input_shape`` (from Flax's captured
     intermediates, computed abstractly with ``jax.eval_shape``).
+
+    Why not ``Module.tabulate`` (checked with flax 0.12.8; it is abstract too): it returns a
+    rich text table with one box of several lines per module and parameter leaf (hundreds of
+    lines for a WRN28-10), not rows to compute with, and lists the parameter-free modules too.
+    ``clu.parameter_overview`` (no TensorFlow needed) lists parameter leaves without the
+    layers' output shapes and would add a dependency for that.
     """
     x = jax.ShapeDtypeStruct(tuple(input_shape), jnp.float32)
     order: dict[tuple, int] = {}

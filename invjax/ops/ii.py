@@ -430,7 +430,7 @@ def average_pool(x):
 
 
 def mixed_pool(x, max_window: int = 7, avg_window: int = 2, avg_stride: int = 4):
-    """DISCO's "mixed pooling" before its batch norm (REFERENCES.md), on a max-projected map.
+    """DISCO's "mixed pooling" before its batch norm (ISosnovik/disco, its MNIST models), on a max-projected map.
 
     ``ReLU -> MaxPool(max_window, stride 1, no padding) -> AvgPool(avg_window, stride avg_stride,
     no padding)``; on the 14 x 14 maps of the Scaled-MNIST networks this leaves 2 x 2 per channel.
