@@ -20,7 +20,9 @@ is opened after every check has passed, moves an unreadable step out of the way 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import logging as std_logging
@@ -31,6 +33,9 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
+
+from invjax import workdir as workdir_lib
 
 CHECKPOINT_SUBDIR = "checkpoints"
 
@@ -50,6 +55,33 @@ MANIFEST_SUBDIR = "checkpoint_manifests"
 
 class CheckpointError(ValueError):
     """No usable checkpoint where one is needed; the message names each step and the reason."""
+
+
+class SaveError(OSError):
+    """A checkpoint could not be saved (e.g. a full disk); its temporary files are removed and
+    the message names the step, the reason and the last good checkpoint, which is kept."""
+
+
+@contextlib.contextmanager
+def _injected_save_fault(step: int, directory: str):
+    """Test hook (``INVJAX_TEST_FAULT=enospc_at_save:STEP``): inside orbax's real save of STEP,
+    make its file writes through etils.epath (the meta JSON) fail with ENOSPC, as a full disk
+    would, after the state arrays are already in orbax's temporary directory."""
+    arg = workdir_lib.fault("enospc_at_save")
+    if arg is None or int(arg) != step:
+        yield
+        return
+    cls = type(epath.Path(directory))
+    original = cls.write_text
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    cls.write_text = full
+    try:
+        yield
+    finally:
+        cls.write_text = original
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -110,6 +142,13 @@ def verify_manifest(workdir: str, step: int) -> str | None:
     """
     path = _manifest_path(workdir, step)
     if not os.path.exists(path):
+        logging.warning(
+            "checkpoint step %d in %s has no integrity manifest (%s: deleted, or the run was "
+            "killed between saving the step and recording it): its files cannot be checked",
+            step,
+            checkpoint_dir(workdir),
+            path,
+        )
         return None
     try:
         with open(path) as f:
@@ -280,15 +319,57 @@ class Writer:
         self.last_saved: int | None = self._mngr.latest_step()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
+        """Save ``step`` (complete when this returns); :class:`SaveError` if it cannot be, with
+        its temporary directory removed so that nothing blocks or confuses the next start."""
         if step == self.last_saved:
             return
         meta = dict(meta, step=int(step))
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
-        self._mngr.save(step, args=args, force=True)
-        self._mngr.wait_until_finished()
+        try:
+            with _injected_save_fault(step, self.directory):
+                self._mngr.save(step, args=args, force=True)
+                self._mngr.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 (tensorstore/orbax wrap OS errors in many types)
+            self._remove_partial(step)
+            raise SaveError(self._failure(step, e, committed=False)) from e
         self.last_saved = step
+        slow = workdir_lib.fault("slow_save")
+        if slow:  # test hook: a window between the commit and the manifest for a second signal
+            time.sleep(float(slow))
         if self.primary:
-            self._write_manifest(step)
+            try:
+                self._write_manifest(step)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.remove(_manifest_path(self.workdir, step) + ".tmp")
+                raise SaveError(self._failure(step, e, committed=True)) from e
+
+    def _failure(self, step: int, e: BaseException, committed: bool) -> str:
+        if committed:
+            what = "the step is saved but has no integrity manifest (it loads with a warning)"
+        else:
+            steps = [s for s in self._mngr.all_steps() if s != step]
+            what = "its partial files were removed; " + (
+                f"the last good checkpoint (step {max(steps)}) is kept"
+                if steps
+                else "no earlier checkpoint exists"
+            )
+        try:
+            free = f"; {shutil.disk_usage(self.directory).free / 2**20:.1f} MiB free"
+        except OSError:
+            free = ""
+        return (
+            f"cannot save the checkpoint of step {step} in {self.directory} ({_short(e)}{free}): "
+            f"{what}. Free some space (or fix the problem) and run the same command to resume."
+        )
+
+    def _remove_partial(self, step: int) -> None:
+        """Remove orbax's temporary directory of a failed save (never a committed step)."""
+        if not self.primary or not os.path.isdir(self.directory):
+            return
+        for name in os.listdir(self.directory):
+            if name.startswith(f"{step}.orbax-checkpoint-tmp"):
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def _write_manifest(self, step: int) -> None:
         """Digests of the step just saved (atomically), and none for steps orbax removed."""
