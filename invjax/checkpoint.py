@@ -28,6 +28,7 @@ import json
 import logging as std_logging
 import os
 import shutil
+import threading
 import time
 from typing import Any
 
@@ -47,7 +48,16 @@ class _QuietReadOnly(std_logging.Filter):
         return "is read only" not in record.getMessage()
 
 
+class _QuietThreadErrors(std_logging.Filter):
+    """Drop orbax's traceback of a failed writer thread: the same error reaches
+    :meth:`Writer.save`, which reports it in one message (:class:`SaveError`)."""
+
+    def filter(self, record):
+        return "_SignalingThread.run() raised an exception" not in record.getMessage()
+
+
 logging.get_absl_logger().addFilter(_QuietReadOnly())
+logging.get_absl_logger().addFilter(_QuietThreadErrors())
 
 CORRUPT_SUBDIR = "corrupt_checkpoints"
 MANIFEST_SUBDIR = "checkpoint_manifests"
@@ -75,6 +85,8 @@ def _injected_save_fault(step: int, directory: str):
     original = cls.write_text
 
     def full(self, *args, **kwargs):
+        if not self.parent.name.startswith("meta"):  # orbax metadata files: written as usual
+            return original(self, *args, **kwargs)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
 
     cls.write_text = full
@@ -325,11 +337,17 @@ class Writer:
             return
         meta = dict(meta, step=int(step))
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        threads = set(threading.enumerate())
         try:
             with _injected_save_fault(step, self.directory):
                 self._mngr.save(step, args=args, force=True)
                 self._mngr.wait_until_finished()
         except Exception as e:  # noqa: BLE001 (tensorstore/orbax wrap OS errors in many types)
+            # The other items' writer threads go on after one item failed: let them end (they
+            # would write into the directory being removed) before removing it.
+            deadline = time.monotonic() + 30
+            for t in set(threading.enumerate()) - threads:
+                t.join(timeout=max(deadline - time.monotonic(), 0))
             self._remove_partial(step)
             raise SaveError(self._failure(step, e, committed=False)) from e
         self.last_saved = step
