@@ -892,6 +892,7 @@ class _Loop:
                 f"resuming from the checkpoint of step {self.step} in {self.writer.directory}"
             )
         pending = None
+        signal_at = workdir_lib.fault("sigterm_at_step")  # test hook: a signal at a known step
         while self.step < self.exp.num_steps:
             idx = batch_indices(n, self.bsz, self.exp.config.seed, *divmod(self.step, self.spe))
             self.state, metrics = self.train_step(
@@ -900,6 +901,8 @@ class _Loop:
                 parallel.shard_batch(ds.train.labels[idx], self.mesh),
             )
             self.step += 1
+            if signal_at is not None and self.step == int(signal_at):
+                os.kill(os.getpid(), signal.SIGTERM)
             if pending is not None:  # one step behind, so the device runs ahead of this check
                 self.consume(*pending)
             pending = (self.step, metrics)

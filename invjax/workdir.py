@@ -17,9 +17,12 @@ run: it is taken over with a warning naming that run. Locks are re-entrant withi
 (a two-phase command holds its directory and every phase-1 stream directory). The file is removed
 when the last holder in the process releases it.
 
-Fault hooks, for tests only: ``INVJAX_TEST_FAULT`` (see :func:`fault`) injects an ``ENOSPC`` or a
-slow save at a given checkpoint step, and ``INVJAX_TEST_FREE_BYTES`` replaces the free space the
-start-up check sees. Unset (always, outside the tests) they do nothing.
+Fault hooks, for tests only: ``INVJAX_TEST_FAULT`` (see :func:`fault`; comma-separated) with
+``enospc_at_save:STEP`` (orbax's write of that step's meta JSON fails with ENOSPC inside its real
+save), ``slow_save:SECONDS`` (a pause between a step's commit and its manifest, for a second
+signal to land in) and ``sigterm_at_step:STEP`` (the process sends itself SIGTERM after that
+step); ``INVJAX_TEST_FREE_BYTES`` replaces the free space the start-up check sees. Unset (always,
+outside the tests) they do nothing.
 """
 
 from __future__ import annotations
