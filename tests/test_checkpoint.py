@@ -292,3 +292,27 @@ def test_phase_two_loads_a_stream_and_keeps_it_frozen(finished, tmp_path):
     for part in ("b", "head"):
         for x, y in zip(leaves(before["params"][part]), leaves(state["params"][part])):
             assert not np.array_equal(x, y), part
+
+
+def test_flipped_bit_in_a_step_without_manifest_loads_only_with_a_warning(
+    finished, tmp_path, caplog
+):
+    workdir0, *_ = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(workdir0, workdir)
+    with caplog.at_level(logging.WARNING):
+        checkpoint.restore_latest(workdir)
+    assert not [r for r in caplog.records if "integrity manifest" in r.getMessage()]
+    corrupt(workdir, 8, flip=True)
+    with caplog.at_level(logging.WARNING):  # with its manifest: the step is refused
+        assert checkpoint.restore_latest(workdir).step == 6
+    caplog.clear()
+    manifest = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR, "8.json")
+    os.remove(manifest)
+    with caplog.at_level(logging.WARNING):  # without: loaded (orbax cannot tell), not silently
+        assert checkpoint.restore_latest(workdir).step == 8
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(
+        m.startswith("checkpoint step 8 in ") and f"has no integrity manifest ({manifest}" in m
+        for m in messages
+    ), messages
