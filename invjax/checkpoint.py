@@ -96,8 +96,15 @@ def _injected_save_fault(step: int, directory: str):
         cls.write_text = original
 
 
+def _root(workdir: str) -> str:
+    """A local workdir as an absolute path; a remote one (``gs://...``) as given."""
+    if workdir_lib.is_remote(workdir):
+        return str(workdir).rstrip("/")
+    return os.path.abspath(workdir)
+
+
 def checkpoint_dir(workdir: str) -> str:
-    return os.path.join(os.path.abspath(workdir), CHECKPOINT_SUBDIR)
+    return str(epath.Path(_root(workdir)) / CHECKPOINT_SUBDIR)
 
 
 def _manager(directory: str, *, read_only: bool, keep: int | None = None):
@@ -117,7 +124,7 @@ def _manager(directory: str, *, read_only: bool, keep: int | None = None):
 def list_steps(workdir: str) -> list[int]:
     """Step numbers with a complete (committed) checkpoint directory, ascending."""
     directory = checkpoint_dir(workdir)
-    if not os.path.isdir(directory):
+    if not epath.Path(directory).is_dir():
         return []
     mngr = _manager(directory, read_only=True)
     try:
@@ -128,20 +135,31 @@ def list_steps(workdir: str) -> list[int]:
 
 
 def _manifest_path(workdir: str, step: int) -> str:
-    return os.path.join(os.path.abspath(workdir), MANIFEST_SUBDIR, f"{step}.json")
+    return str(epath.Path(_root(workdir)) / MANIFEST_SUBDIR / f"{step}.json")
 
 
 def _file_digests(step_dir: str) -> dict[str, list]:
-    """``{relative path: [size, sha256]}`` of every file of a checkpoint step."""
+    """``{relative path: [size, sha256]}`` of every file of a checkpoint step.
+
+    Through etils.epath, as orbax itself, so that local and remote (``gs://``) steps are read
+    the same way; the walk lists names (not paths), which every backend gives alike.
+    """
     out = {}
-    for root, _, files in os.walk(step_dir):
-        for name in files:
-            path = os.path.join(root, name)
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
+
+    def walk(directory: epath.Path, rel: str) -> None:
+        for child in sorted(directory.iterdir(), key=lambda p: p.name):
+            name = f"{rel}{child.name}"
+            if child.is_dir():
+                walk(child, name + "/")
+                continue
+            digest, size = hashlib.sha256(), 0
+            with child.open("rb") as f:
+                for block in iter(lambda f=f: f.read(1 << 20), b""):
                     digest.update(block)
-            out[os.path.relpath(path, step_dir)] = [os.path.getsize(path), digest.hexdigest()]
+                    size += len(block)
+            out[name] = [size, digest.hexdigest()]
+
+    walk(epath.Path(step_dir), "")
     return out
 
 
@@ -153,7 +171,7 @@ def verify_manifest(workdir: str, step: int) -> str | None:
     would notice most damage only deep inside tensorstore, and not a flipped bit in a value).
     """
     path = _manifest_path(workdir, step)
-    if not os.path.exists(path):
+    if not epath.Path(path).exists():
         logging.warning(
             "checkpoint step %d in %s has no integrity manifest (%s: deleted, or the run was "
             "killed between saving the step and recording it): its files cannot be checked",
@@ -163,11 +181,10 @@ def verify_manifest(workdir: str, step: int) -> str | None:
         )
         return None
     try:
-        with open(path) as f:
-            want = json.load(f)
+        want = json.loads(epath.Path(path).read_text())
     except (OSError, ValueError) as e:
         return f"its manifest {path} is unreadable ({_short(e)})"
-    have = _file_digests(os.path.join(checkpoint_dir(workdir), str(step)))
+    have = _file_digests(str(epath.Path(checkpoint_dir(workdir)) / str(step)))
     for rel, (size, sha) in sorted(want.items()):
         if rel not in have:
             return f"file {rel} is missing"
@@ -181,6 +198,21 @@ def verify_manifest(workdir: str, step: int) -> str | None:
 def _short(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+
+
+def write_manifest(workdir: str, step: int, kept_steps) -> None:
+    """Record the digests of a saved step (atomically where the file system renames atomically)
+    and remove the manifests of steps no longer in ``kept_steps`` (those orbax removed)."""
+    path = epath.Path(_manifest_path(workdir, step))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digests = _file_digests(str(epath.Path(checkpoint_dir(workdir)) / str(step)))
+    tmp = epath.Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(digests))
+    tmp.replace(path)
+    kept = {f"{s}.json" for s in kept_steps}
+    for child in path.parent.iterdir():
+        if child.name.endswith(".json") and child.name not in kept:
+            child.unlink()
 
 
 @dataclasses.dataclass
@@ -311,21 +343,21 @@ class Writer:
     """
 
     def __init__(self, workdir: str, keep: int, set_aside=(), primary: bool = True):
-        self.workdir = os.path.abspath(workdir)
+        self.workdir = _root(workdir)
         self.primary = primary
         self.directory = checkpoint_dir(workdir)
         if primary:
             for step, reason in set_aside:
-                src = os.path.join(self.directory, str(step))
-                if not os.path.exists(src):
+                src = epath.Path(self.directory) / str(step)
+                if not src.exists():
                     continue
-                dst_dir = os.path.join(os.path.abspath(workdir), CORRUPT_SUBDIR)
-                os.makedirs(dst_dir, exist_ok=True)
-                dst = os.path.join(dst_dir, f"{step}-{int(time.time())}")
-                shutil.move(src, dst)
-                manifest = _manifest_path(workdir, step)
-                if os.path.exists(manifest):
-                    shutil.move(manifest, dst + ".manifest.json")
+                dst_dir = epath.Path(self.workdir) / CORRUPT_SUBDIR
+                dst_dir.mkdir(parents=True, exist_ok=True)
+                dst = dst_dir / f"{step}-{int(time.time())}"
+                src.rename(dst)
+                manifest = epath.Path(_manifest_path(workdir, step))
+                if manifest.exists():
+                    manifest.rename(dst_dir / f"{dst.name}.manifest.json")
                 logging.warning("moved unreadable checkpoint step %d (%s) to %s", step, reason, dst)
         self._mngr = _manager(self.directory, read_only=False, keep=keep)
         self.last_saved: int | None = self._mngr.latest_step()
@@ -359,7 +391,7 @@ class Writer:
                 self._write_manifest(step)
             except OSError as e:
                 with contextlib.suppress(OSError):
-                    os.remove(_manifest_path(self.workdir, step) + ".tmp")
+                    epath.Path(_manifest_path(self.workdir, step) + ".tmp").unlink()
                 raise SaveError(self._failure(step, e, committed=True)) from e
 
     def _failure(self, step: int, e: BaseException, committed: bool) -> str:
@@ -383,25 +415,16 @@ class Writer:
 
     def _remove_partial(self, step: int) -> None:
         """Remove orbax's temporary directory of a failed save (never a committed step)."""
-        if not self.primary or not os.path.isdir(self.directory):
+        directory = epath.Path(self.directory)
+        if not self.primary or not directory.is_dir():
             return
-        for name in os.listdir(self.directory):
-            if name.startswith(f"{step}.orbax-checkpoint-tmp"):
-                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        for child in directory.iterdir():
+            if child.name.startswith(f"{step}.orbax-checkpoint-tmp"):
+                with contextlib.suppress(OSError):
+                    child.rmtree()
 
     def _write_manifest(self, step: int) -> None:
-        """Digests of the step just saved (atomically), and none for steps orbax removed."""
-        directory = os.path.dirname(_manifest_path(self.workdir, step))
-        os.makedirs(directory, exist_ok=True)
-        digests = _file_digests(os.path.join(self.directory, str(step)))
-        tmp = _manifest_path(self.workdir, step) + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(digests, f)
-        os.replace(tmp, _manifest_path(self.workdir, step))
-        kept = {f"{s}.json" for s in self._mngr.all_steps()}
-        for name in os.listdir(directory):
-            if name.endswith(".json") and name not in kept:
-                os.remove(os.path.join(directory, name))
+        write_manifest(self.workdir, step, self._mngr.all_steps())
 
     def close(self) -> None:
         self._mngr.wait_until_finished()

@@ -316,3 +316,34 @@ def test_flipped_bit_in_a_step_without_manifest_loads_only_with_a_warning(
         m.startswith("checkpoint step 8 in ") and f"has no integrity manifest ({manifest}" in m
         for m in messages
     ), messages
+
+
+def test_manifests_work_through_epath_on_a_remote_path(finished, tmp_path):
+    """Manifest writing and checking on ``gs://bucket/run``, its etils.epath backend mocked onto
+    a local copy (a real bucket is not reachable here; the arrays stay orbax's business)."""
+    from etils.epath import testing as epath_testing
+
+    workdir0, *_ = finished
+    local = str(tmp_path / "bucket")
+    shutil.copytree(workdir0, os.path.join(local, "run"))
+    calls = []
+
+    def to_local(p):
+        calls.append(str(p))
+        return str(p).replace("gs://bucket", local)
+
+    one = lambda fn, p, *a, **k: fn(to_local(p), *a, **k)  # noqa: E731
+    two = lambda fn, p, q, *a, **k: fn(to_local(p), to_local(q), *a, **k)  # noqa: E731
+    mocks = {n: one for n in ("open", "exists", "isdir", "listdir", "makedirs", "mkdir", "remove")}
+    mocks.update(stat=one, rmtree=one, glob=one, rename=two, replace=two)
+    remote = "gs://bucket/run"
+    manifest = os.path.join(local, "run", checkpoint.MANIFEST_SUBDIR, "8.json")
+    with epath_testing.mock_epath(**mocks):
+        assert checkpoint.checkpoint_dir(remote) == "gs://bucket/run/checkpoints"
+        assert checkpoint.verify_manifest(remote, 8) is None
+        os.remove(manifest)
+        checkpoint.write_manifest(remote, 8, kept_steps=[6, 7, 8])
+        assert os.path.exists(manifest) and checkpoint.verify_manifest(remote, 8) is None
+        corrupt(os.path.join(local, "run"), 8, flip=True)
+        assert "differs from when it was saved" in checkpoint.verify_manifest(remote, 8)
+    assert any(c.startswith("gs://bucket/run/checkpoints/8/state/") for c in calls)
