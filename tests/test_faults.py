@@ -221,6 +221,18 @@ def test_full_disk_during_training_keeps_the_last_checkpoint_and_resumes(tmp_pat
     assert checkpoint.list_steps(wd)[-1] == 6
 
 
+def test_other_failed_write_stops_with_one_message_keeping_checkpoints(tmp_path):
+    wd = tmp_path / "w"
+    (wd / "results.json.tmp").mkdir(parents=True)  # results.json cannot be written
+    line = one_line_error(run_main(str(wd)), status=1)
+    assert line == (
+        f"invjax: error: cannot write in {wd} ([Errno 21] Is a directory: "
+        f"{wd}/results.json.tmp): stopped. The last good checkpoint (step 6) is kept; free "
+        "some space (or fix the problem) and run the same command to resume."
+    )
+    assert checkpoint.list_steps(str(wd)) == [2, 4, 6]
+
+
 # ----------------------------------------------------------------------------- metrics.jsonl
 
 
