@@ -122,8 +122,13 @@ class StopRequest:
             )
             return
         self.signum = signum
-        if not self.defer:
+        if not self.defer and not workdir_lib.in_critical():
             raise Interrupted(signum)
+
+    def raise_if_pending(self) -> None:
+        """Raise :class:`Interrupted` for a signal recorded in a lock's critical section."""
+        if self.signum is not None and not self.defer:
+            raise Interrupted(self.signum)
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -141,9 +146,11 @@ def stop_on_signals(request: StopRequest | None = None):
     previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     for s in STOP_SIGNALS:
         signal.signal(s, request)
+    workdir_lib.PENDING_CHECKS.append(request.raise_if_pending)
     try:
         yield request
     finally:
+        workdir_lib.PENDING_CHECKS.remove(request.raise_if_pending)
         for s, h in previous.items():
             signal.signal(s, h)
 
@@ -891,6 +898,8 @@ class _Loop:
             self.reporter.message(
                 f"resuming from the checkpoint of step {self.step} in {self.writer.directory}"
             )
+        if self.stop.signum is not None:  # arrived while compiling: no step to finish
+            self.stop_here(None)
         pending = None
         signal_at = workdir_lib.fault("sigterm_at_step")  # test hook: a signal at a known step
         while self.step < self.exp.num_steps:
@@ -934,7 +943,7 @@ class _Loop:
             + (
                 f"checkpoint saved in {self.writer.directory}"
                 if saved
-                else "no step had run since the last checkpoint"
+                else f"nothing to save (no step had run since step {self.step0})"
             )
             + "; run the same command to resume",
         )

@@ -239,17 +239,42 @@ def acquire(workdir: str) -> Lock:
     return lock
 
 
+# Signal handlers must not raise inside lock bookkeeping (a lock file created but not recorded
+# would outlive the run): they consult in_critical() and only record the signal there; the
+# callables in PENDING_CHECKS (invjax.train registers its StopRequest's) then raise it once the
+# lock is recorded, where the release below is sure to run.
+_CRITICAL = [0]
+PENDING_CHECKS: list = []
+
+
+def in_critical() -> bool:
+    return _CRITICAL[0] > 0
+
+
+@contextlib.contextmanager
+def _critical():
+    _CRITICAL[0] += 1
+    try:
+        yield
+    finally:
+        _CRITICAL[0] -= 1
+
+
 @contextlib.contextmanager
 def locked(workdirs):
     """Hold the locks of every directory in ``workdirs`` (in order) inside the block."""
     held = []
     try:
         for w in dict.fromkeys(os.path.abspath(w) for w in workdirs):
-            held.append(acquire(w))
+            with _critical():
+                held.append(acquire(w))
+            for check in PENDING_CHECKS:
+                check()
         yield held
     finally:
-        for lock in reversed(held):
-            lock.release()
+        with _critical():
+            for lock in reversed(held):
+                lock.release()
 
 
 def holds(workdir: str) -> bool:

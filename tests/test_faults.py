@@ -157,6 +157,32 @@ def test_phase_one_stream_workdir_is_locked_before_any_compute(tmp_path):
     assert not os.path.exists(os.path.join(wd, workdir.LOCK_FILE))
 
 
+def test_sigterm_before_training_stops_in_one_line_and_resumes(tmp_path):
+    """SIGTERM as soon as the new workdir is locked (checks done; preparing, compiling or at the
+    first steps): status 143, one line, no traceback, and the next start trains to the end."""
+    wd = str(tmp_path / "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invjax.main", *TINY, f"--workdir={wd}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lock = os.path.join(wd, workdir.LOCK_FILE)
+    deadline = time.time() + 120
+    while not os.path.exists(lock) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("invjax: stopped by SIGTERM "), err
+    assert not os.path.exists(lock)
+    again = run_main(wd)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert checkpoint.list_steps(wd)[-1] == 6
+
+
 # ----------------------------------------------------------------------------- workdir problems
 
 
