@@ -427,23 +427,26 @@ def check_variables(model, image_shape, variables, workdir: str, model_cfg) -> N
     want = traverse_util.flatten_dict(dict(want), sep="/")
     have = traverse_util.flatten_dict(dict(variables), sep="/")
     missing = [k for k in want if k not in have]
+    extra = [k for k in have if k not in want and k.startswith("params/")]
     shapes = [
         (k, tuple(np.shape(have[k])), tuple(want[k].shape))
         for k in want
         if k in have and tuple(np.shape(have[k])) != tuple(want[k].shape)
     ]
-    if not missing and not shapes:
+    if not missing and not shapes and not extra:
         return
     stored = (checkpoint.read_config(workdir) or {}).get("model") or {}
-    example = (
-        f"{missing[0]} is missing"
-        if missing
-        else f"{shapes[0][0]} has shape {shapes[0][1]}, the model needs {shapes[0][2]}"
-    )
+    if missing:
+        example = f"{missing[0]} is missing"
+    elif shapes:
+        example = f"{shapes[0][0]} has shape {shapes[0][1]}, the model needs {shapes[0][2]}"
+    else:
+        example = f"{extra[0]} is not a parameter of the model"
     raise ValueError(
         f"--workdir={workdir} holds a checkpoint of another model (stored model.name="
         f"{stored.get('name', '?')!r}, config model.name={model_cfg.get('name')!r}): "
-        f"{len(missing)} variables missing and {len(shapes)} of another shape, e.g. {example}. "
+        f"{len(missing)} variables missing, {len(shapes)} of another shape and {len(extra)} "
+        f"parameters the model lacks, e.g. {example}. "
         "Use the config the run was trained with (its config.json)"
     )
 

@@ -322,7 +322,7 @@ def test_invariance_rejects_bad_images_and_another_models_checkpoint(finished, t
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"invjax.invariance: error: --workdir={finished} holds a checkpoint of ")
-    assert "variables missing and " in last and "Traceback" not in proc.stderr
+    assert " variables missing, " in last and "Traceback" not in proc.stderr
     # the right config loads it
     ok = run_invariance(*data, "--config.model.width=4", f"--workdir={finished}", "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
