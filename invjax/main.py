@@ -35,6 +35,10 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metr
 
 def _fail(message: str, status: int = 2, kind: str = "error: "):
     print(f"invjax: {kind}{message}", file=sys.stderr, flush=True)
+    # The message is the whole report: once it is out, objects that orbax or asyncio leave
+    # behind after a failed save or read must not add "Exception ignored" tracebacks when they
+    # are collected at shutdown.
+    sys.unraisablehook = lambda unraisable: None
     sys.exit(status)
 
 
