@@ -713,26 +713,18 @@ def _finite_record(rec: dict) -> dict:
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in rec.items()}
 
 
-def restore_metrics(workdir: str, restored: checkpoint.Restored) -> None:
-    """Make ``metrics.jsonl`` agree with the checkpoint a run resumes from.
+def restore_metrics(workdir: str, restored: checkpoint.Restored) -> list[dict]:
+    """Make ``metrics.jsonl`` agree with the checkpoint a run resumes from; returns the records
+    up to its step (what the run's later checkpoints carry on).
 
     Since the checkpoint's meta holds every evaluation record up to its step, a deleted or
     damaged ``metrics.jsonl`` is rebuilt from it, with a message (the earlier file, if any, is
     kept as ``metrics.jsonl.bak``). A checkpoint written before records were stored cannot
-    rebuild a deleted file: a warning says that it will hold the epochs from now on only.
+    rebuild a deleted file: a warning says that it will hold the epochs from now on only; where
+    the file exists, its records are taken as the history.
     """
     path = os.path.join(workdir, METRICS_FILE)
     records = restored.meta.get("records")
-    if records is None:
-        if not os.path.exists(path):
-            logging.warning(
-                "%s is missing and the checkpoint of step %d holds no records to rebuild it: it "
-                "will hold the evaluations from step %d on only",
-                path,
-                restored.step,
-                restored.step,
-            )
-        return
     have = None
     if os.path.exists(path):
         have = []
@@ -744,8 +736,18 @@ def restore_metrics(workdir: str, restored: checkpoint.Restored) -> None:
                     continue  # a line cut short by a kill
                 if int(rec.get("step", 0)) <= restored.step and not rec.get("final"):
                     have.append(rec)
+    if records is None:
+        if have is None:
+            logging.warning(
+                "%s is missing and the checkpoint of step %d holds no records to rebuild it: it "
+                "will hold the evaluations from step %d on only",
+                path,
+                restored.step,
+                restored.step,
+            )
+        return have or []
     if have == records:
-        return
+        return records
     if have is None:
         note = "was missing"
     else:
@@ -760,6 +762,7 @@ def restore_metrics(workdir: str, restored: checkpoint.Restored) -> None:
         file=sys.stderr,
         flush=True,
     )
+    return records
 
 
 class _Loop:
@@ -783,7 +786,7 @@ class _Loop:
         if exp.restored is not None:
             self.state, self.meta = exp.restored.state, exp.restored.meta
             if self.primary:
-                restore_metrics(exp.workdir, exp.restored)
+                self.meta["records"] = restore_metrics(exp.workdir, exp.restored)
         else:
             make, trees = state_factory(
                 exp.model,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import runpy
@@ -347,3 +348,33 @@ def test_manifests_work_through_epath_on_a_remote_path(finished, tmp_path):
         corrupt(os.path.join(local, "run"), 8, flip=True)
         assert "differs from when it was saved" in checkpoint.verify_manifest(remote, 8)
     assert any(c.startswith("gs://bucket/run/checkpoints/8/state/") for c in calls)
+
+
+def test_restore_metrics_rebuilds_repairs_or_keeps_the_history(tmp_path, caplog, capsys):
+    recs = [
+        {"step": s, "epoch": s // 4, "split": "val", "loss": 0.5, "error": 10.0} for s in (4, 8)
+    ]
+    path = tmp_path / "metrics.jsonl"
+    text = "".join(json.dumps(r) + "\n" for r in recs)
+    restored = checkpoint.Restored(8, None, {"records": recs}, [])
+    # missing: rebuilt, with a message
+    assert train.restore_metrics(str(tmp_path), restored) == recs
+    assert path.read_text() == text and "was missing: rebuilt" in capsys.readouterr().err
+    # later records (work about to be redone) and a line cut short: as the checkpoint says
+    path.write_text(text + json.dumps(dict(recs[0], step=12)) + '\n{"step": 1')
+    train.restore_metrics(str(tmp_path), restored)
+    assert path.read_text().startswith(text)  # the Reporter drops step 12 itself
+    assert not os.path.exists(str(path) + ".bak") and not capsys.readouterr().err
+    # a lost record: rebuilt, the earlier file kept
+    path.write_text(json.dumps(recs[1]) + "\n")
+    train.restore_metrics(str(tmp_path), restored)
+    assert path.read_text() == text
+    assert open(str(path) + ".bak").read() == json.dumps(recs[1]) + "\n"
+    assert "disagreed with the checkpoint" in capsys.readouterr().err
+    # a checkpoint from before records were stored: the file is the history, or a warning
+    old = checkpoint.Restored(8, None, {}, [])
+    assert train.restore_metrics(str(tmp_path), old) == recs
+    os.remove(path)
+    with caplog.at_level(logging.WARNING):
+        assert train.restore_metrics(str(tmp_path), old) == []
+    assert any("holds no records to rebuild it" in r.getMessage() for r in caplog.records)
