@@ -15,7 +15,8 @@ holder. The kernel drops a ``flock`` when its process dies (SIGKILL, crash, powe
 client on NFSv4 once its lease expires), so a lock file whose lock nobody holds belongs to a dead
 run: it is taken over with a warning naming that run. Locks are re-entrant within a process
 (a two-phase command holds its directory and every phase-1 stream directory). The file is removed
-when the last holder in the process releases it.
+when the last holder in the process releases it. On a file system without locks (``ENOLCK``,
+some NFS set-ups) a warning says that a second run would not be stopped, and the run goes on.
 
 Fault hooks, for tests only: ``INVJAX_TEST_FAULT`` (see :func:`fault`; comma-separated) with
 ``enospc_at_save:STEP`` (orbax's write of that step's meta JSON fails with ENOSPC inside its real
@@ -171,6 +172,14 @@ class Lock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
+                if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    logging.warning(
+                        "%s: the file system does not support locks (%s): a second run on this "
+                        "workdir would not be stopped",
+                        self.workdir,
+                        os.strerror(e.errno),
+                    )
+                    return fd
                 os.close(fd)
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise

@@ -183,6 +183,21 @@ def test_sigterm_before_training_stops_in_one_line_and_resumes(tmp_path):
     assert checkpoint.list_steps(wd)[-1] == 6
 
 
+def test_file_system_without_locks_warns_and_goes_on(tmp_path, monkeypatch, caplog):
+    import errno
+    import fcntl
+    import logging
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with caplog.at_level(logging.WARNING), workdir.locked([str(tmp_path / "w")]):
+        assert workdir.holds(str(tmp_path / "w"))
+    assert any("does not support locks" in r.getMessage() for r in caplog.records)
+    assert not os.path.exists(tmp_path / "w" / workdir.LOCK_FILE)
+
+
 # ----------------------------------------------------------------------------- workdir problems
 
 
