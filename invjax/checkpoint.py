@@ -20,18 +20,23 @@ is opened after every check has passed, moves an unreadable step out of the way 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import logging as std_logging
 import os
 import shutil
+import threading
 import time
 from typing import Any
 
 import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
+
+from invjax import workdir as workdir_lib
 
 CHECKPOINT_SUBDIR = "checkpoints"
 
@@ -43,7 +48,16 @@ class _QuietReadOnly(std_logging.Filter):
         return "is read only" not in record.getMessage()
 
 
+class _QuietThreadErrors(std_logging.Filter):
+    """Drop orbax's traceback of a failed writer thread: the same error reaches
+    :meth:`Writer.save`, which reports it in one message (:class:`SaveError`)."""
+
+    def filter(self, record):
+        return "_SignalingThread.run() raised an exception" not in record.getMessage()
+
+
 logging.get_absl_logger().addFilter(_QuietReadOnly())
+logging.get_absl_logger().addFilter(_QuietThreadErrors())
 
 CORRUPT_SUBDIR = "corrupt_checkpoints"
 MANIFEST_SUBDIR = "checkpoint_manifests"
@@ -53,8 +67,44 @@ class CheckpointError(ValueError):
     """No usable checkpoint where one is needed; the message names each step and the reason."""
 
 
+class SaveError(OSError):
+    """A checkpoint could not be saved (e.g. a full disk); its temporary files are removed and
+    the message names the step, the reason and the last good checkpoint, which is kept."""
+
+
+@contextlib.contextmanager
+def _injected_save_fault(step: int, directory: str):
+    """Test hook (``INVJAX_TEST_FAULT=enospc_at_save:STEP``): inside orbax's real save of STEP,
+    make its file writes through etils.epath (the meta JSON) fail with ENOSPC, as a full disk
+    would, after the state arrays are already in orbax's temporary directory."""
+    arg = workdir_lib.fault("enospc_at_save")
+    if arg is None or int(arg) != step:
+        yield
+        return
+    cls = type(epath.Path(directory))
+    original = cls.write_text
+
+    def full(self, *args, **kwargs):
+        if not self.parent.name.startswith("meta"):  # orbax metadata files: written as usual
+            return original(self, *args, **kwargs)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    cls.write_text = full
+    try:
+        yield
+    finally:
+        cls.write_text = original
+
+
+def _root(workdir: str) -> str:
+    """A local workdir as an absolute path; a remote one (``gs://...``) as given."""
+    if workdir_lib.is_remote(workdir):
+        return str(workdir).rstrip("/")
+    return os.path.abspath(workdir)
+
+
 def checkpoint_dir(workdir: str) -> str:
-    return os.path.join(os.path.abspath(workdir), CHECKPOINT_SUBDIR)
+    return str(epath.Path(_root(workdir)) / CHECKPOINT_SUBDIR)
 
 
 def _manager(directory: str, *, read_only: bool, keep: int | None = None):
@@ -74,7 +124,7 @@ def _manager(directory: str, *, read_only: bool, keep: int | None = None):
 def list_steps(workdir: str) -> list[int]:
     """Step numbers with a complete (committed) checkpoint directory, ascending."""
     directory = checkpoint_dir(workdir)
-    if not os.path.isdir(directory):
+    if not epath.Path(directory).is_dir():
         return []
     mngr = _manager(directory, read_only=True)
     try:
@@ -85,20 +135,31 @@ def list_steps(workdir: str) -> list[int]:
 
 
 def _manifest_path(workdir: str, step: int) -> str:
-    return os.path.join(os.path.abspath(workdir), MANIFEST_SUBDIR, f"{step}.json")
+    return str(epath.Path(_root(workdir)) / MANIFEST_SUBDIR / f"{step}.json")
 
 
 def _file_digests(step_dir: str) -> dict[str, list]:
-    """``{relative path: [size, sha256]}`` of every file of a checkpoint step."""
+    """``{relative path: [size, sha256]}`` of every file of a checkpoint step.
+
+    Through etils.epath, as orbax itself, so that local and remote (``gs://``) steps are read
+    the same way; the walk lists names (not paths), which every backend gives alike.
+    """
     out = {}
-    for root, _, files in os.walk(step_dir):
-        for name in files:
-            path = os.path.join(root, name)
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
+
+    def walk(directory: epath.Path, rel: str) -> None:
+        for child in sorted(directory.iterdir(), key=lambda p: p.name):
+            name = f"{rel}{child.name}"
+            if child.is_dir():
+                walk(child, name + "/")
+                continue
+            digest, size = hashlib.sha256(), 0
+            with child.open("rb") as f:
+                for block in iter(lambda f=f: f.read(1 << 20), b""):
                     digest.update(block)
-            out[os.path.relpath(path, step_dir)] = [os.path.getsize(path), digest.hexdigest()]
+                    size += len(block)
+            out[name] = [size, digest.hexdigest()]
+
+    walk(epath.Path(step_dir), "")
     return out
 
 
@@ -110,14 +171,20 @@ def verify_manifest(workdir: str, step: int) -> str | None:
     would notice most damage only deep inside tensorstore, and not a flipped bit in a value).
     """
     path = _manifest_path(workdir, step)
-    if not os.path.exists(path):
+    if not epath.Path(path).exists():
+        logging.warning(
+            "checkpoint step %d in %s has no integrity manifest (%s: deleted, or the run was "
+            "killed between saving the step and recording it): its files cannot be checked",
+            step,
+            checkpoint_dir(workdir),
+            path,
+        )
         return None
     try:
-        with open(path) as f:
-            want = json.load(f)
+        want = json.loads(epath.Path(path).read_text())
     except (OSError, ValueError) as e:
         return f"its manifest {path} is unreadable ({_short(e)})"
-    have = _file_digests(os.path.join(checkpoint_dir(workdir), str(step)))
+    have = _file_digests(str(epath.Path(checkpoint_dir(workdir)) / str(step)))
     for rel, (size, sha) in sorted(want.items()):
         if rel not in have:
             return f"file {rel} is missing"
@@ -131,6 +198,21 @@ def verify_manifest(workdir: str, step: int) -> str | None:
 def _short(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+
+
+def write_manifest(workdir: str, step: int, kept_steps) -> None:
+    """Record the digests of a saved step (atomically where the file system renames atomically)
+    and remove the manifests of steps no longer in ``kept_steps`` (those orbax removed)."""
+    path = epath.Path(_manifest_path(workdir, step))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digests = _file_digests(str(epath.Path(checkpoint_dir(workdir)) / str(step)))
+    tmp = epath.Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(digests))
+    tmp.replace(path)
+    kept = {f"{s}.json" for s in kept_steps}
+    for child in path.parent.iterdir():
+        if child.name.endswith(".json") and child.name not in kept:
+            child.unlink()
 
 
 @dataclasses.dataclass
@@ -283,7 +365,7 @@ class Writer:
     """
 
     def __init__(self, workdir: str, keep: int, set_aside=(), primary: bool = True):
-        self.workdir = os.path.abspath(workdir)
+        self.workdir = _root(workdir)
         self.primary = primary
         self.directory = checkpoint_dir(workdir)
         # Orbax managers meet at barriers that depend on what they find on disk (a missing
@@ -293,16 +375,16 @@ class Writer:
         _sync_processes("invjax_checkpoint_writer_probed")
         if primary:
             for step, reason in set_aside:
-                src = os.path.join(self.directory, str(step))
-                if not os.path.exists(src):
+                src = epath.Path(self.directory) / str(step)
+                if not src.exists():
                     continue
-                dst_dir = os.path.join(os.path.abspath(workdir), CORRUPT_SUBDIR)
-                os.makedirs(dst_dir, exist_ok=True)
-                dst = os.path.join(dst_dir, f"{step}-{int(time.time())}")
-                shutil.move(src, dst)
-                manifest = _manifest_path(workdir, step)
-                if os.path.exists(manifest):
-                    shutil.move(manifest, dst + ".manifest.json")
+                dst_dir = epath.Path(self.workdir) / CORRUPT_SUBDIR
+                dst_dir.mkdir(parents=True, exist_ok=True)
+                dst = dst_dir / f"{step}-{int(time.time())}"
+                src.rename(dst)
+                manifest = epath.Path(_manifest_path(workdir, step))
+                if manifest.exists():
+                    manifest.rename(dst_dir / f"{dst.name}.manifest.json")
                 logging.warning("moved unreadable checkpoint step %d (%s) to %s", step, reason, dst)
         os.makedirs(self.directory, exist_ok=True)
         _sync_processes("invjax_checkpoint_writer_open")
@@ -310,29 +392,68 @@ class Writer:
         self.last_saved: int | None = self._mngr.latest_step()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
+        """Save ``step`` (complete when this returns); :class:`SaveError` if it cannot be, with
+        its temporary directory removed so that nothing blocks or confuses the next start."""
         if step == self.last_saved:
             return
         meta = dict(meta, step=int(step))
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
-        self._mngr.save(step, args=args, force=True)
-        self._mngr.wait_until_finished()
+        threads = set(threading.enumerate())
+        try:
+            with _injected_save_fault(step, self.directory):
+                self._mngr.save(step, args=args, force=True)
+                self._mngr.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 (tensorstore/orbax wrap OS errors in many types)
+            # The other items' writer threads go on after one item failed: let them end (they
+            # would write into the directory being removed) before removing it.
+            deadline = time.monotonic() + 30
+            for t in set(threading.enumerate()) - threads:
+                t.join(timeout=max(deadline - time.monotonic(), 0))
+            self._remove_partial(step)
+            raise SaveError(self._failure(step, e, committed=False)) from e
         self.last_saved = step
+        slow = workdir_lib.fault("slow_save")
+        if slow:  # test hook: a window between the commit and the manifest for a second signal
+            time.sleep(float(slow))
         if self.primary:
-            self._write_manifest(step)
+            try:
+                self._write_manifest(step)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    epath.Path(_manifest_path(self.workdir, step) + ".tmp").unlink()
+                raise SaveError(self._failure(step, e, committed=True)) from e
+
+    def _failure(self, step: int, e: BaseException, committed: bool) -> str:
+        if committed:
+            what = "the step is saved but has no integrity manifest (it loads with a warning)"
+        else:
+            steps = [s for s in self._mngr.all_steps() if s != step]
+            what = "its partial files were removed; " + (
+                f"the last good checkpoint (step {max(steps)}) is kept"
+                if steps
+                else "no earlier checkpoint exists"
+            )
+        try:
+            free = f"; {shutil.disk_usage(self.directory).free / 2**20:.1f} MiB free"
+        except OSError:
+            free = ""
+        return (
+            f"cannot save the checkpoint of step {step} in {self.directory} ({_short(e)}{free}): "
+            f"{what}. Free some space (or fix the problem) and run the same command to resume."
+        )
+
+    def _remove_partial(self, step: int) -> None:
+        """Remove orbax's temporary directory of a failed save (never a committed step)."""
+        directory = epath.Path(self.directory)
+        if not self.primary or not directory.is_dir():
+            return
+        for child in directory.iterdir():
+            if child.name.startswith(f"{step}.orbax-checkpoint-tmp"):
+                with contextlib.suppress(OSError):
+                    child.rmtree()
 
     def _write_manifest(self, step: int) -> None:
-        """Digests of the step just saved (atomically), and none for steps orbax removed."""
-        directory = os.path.dirname(_manifest_path(self.workdir, step))
-        os.makedirs(directory, exist_ok=True)
-        digests = _file_digests(os.path.join(self.directory, str(step)))
-        tmp = _manifest_path(self.workdir, step) + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(digests, f)
-        os.replace(tmp, _manifest_path(self.workdir, step))
-        kept = {f"{s}.json" for s in self._mngr.all_steps()}
-        for name in os.listdir(directory):
-            if name.endswith(".json") and name not in kept:
-                os.remove(os.path.join(directory, name))
+        write_manifest(self.workdir, step, self._mngr.all_steps())
 
     def close(self) -> None:
         self._mngr.wait_until_finished()

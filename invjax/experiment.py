@@ -26,7 +26,9 @@ checkpoints. A run whose ``results.json`` records all its epochs and whose store
 one is *finished*: it is reused, never recomputed, so restarting the command resumes whichever
 phase was running. A directory holding checkpoints of a different config stops the command
 before any compute (the run's own message); so does any other bad input of any phase
-(:func:`check` prepares every phase first).
+(:func:`check` prepares every phase first). :func:`execute` locks every workdir it will write in
+(``DIR`` and each phase-1 stream workdir still to train, :mod:`invjax.workdir`) before any
+compute: a second command on any of them stops at once, naming the run that holds it.
 
 Results. ``DIR/results.json`` is phase 2's results (contract 1: ``test_error``, ``params`` of the
 whole network, ...) plus ``phases``, ``phase1`` (each stream's ``test_error``, ``val_error``,
@@ -36,6 +38,7 @@ phases together.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -48,6 +51,7 @@ import ml_collections
 
 from invjax import checkpoint, train
 from invjax import data as data_lib
+from invjax import workdir as workdir_lib
 
 PHASES = ("single", "two_phase", "end_to_end")
 STREAMS_SUBDIR = "streams"
@@ -70,6 +74,7 @@ class Stage:
     workdir: str
     results: dict | None = None
     experiment: train.Experiment | None = None
+    state_bytes: int = 0  # one checkpoint's arrays, where prepared
 
     @property
     def label(self) -> str:
@@ -275,23 +280,34 @@ def check(config, workdir: str) -> Plan:
         _check_end_to_end(config)
     if phases != "two_phase":
         exp = train.prepare(config, workdir)
-        return Plan(phases, config, workdir, [Stage("run", config, workdir, experiment=exp)])
+        stage = Stage("run", config, workdir, experiment=exp, state_bytes=exp.state_bytes)
+        return Plan(phases, config, workdir, [stage])
     workdir = os.path.abspath(workdir)
     names = _check_two_phase(config)
     stages = []
     for name in names:
         cfg, wd = stream_config(config, name), stream_workdir(config, workdir, name)
-        done = finished_results(cfg, wd)
-        if done is None:
-            train.prepare(cfg, wd)  # checks the stream's config, data, model and checkpoints
-        stages.append(Stage(name, cfg, wd, done))
+        done, size = finished_results(cfg, wd), 0
+        if done is None:  # checks the stream's config, data, model and checkpoints
+            size = train.prepare(cfg, wd).state_bytes
+        stages.append(Stage(name, cfg, wd, done, state_bytes=size))
     cfg = head_config(config, workdir)
-    done = finished_results(cfg, workdir)
+    done, size = finished_results(cfg, workdir), 0
     if done is None:
         streams_done = all(s.results is not None for s in stages)
-        train.prepare(cfg, workdir, load_sources=streams_done)
-    stages.append(Stage("head", cfg, workdir, done))
+        size = train.prepare(cfg, workdir, load_sources=streams_done).state_bytes
+    stages.append(Stage("head", cfg, workdir, done, state_bytes=size))
     return Plan(phases, config, workdir, stages)
+
+
+def checkpoint_bytes(plan: Plan) -> int:
+    """The largest checkpoint (arrays only) a stage of the plan will write."""
+    return max((s.state_bytes for s in plan.stages if s.results is None), default=0)
+
+
+def workdirs(plan: Plan) -> list[str]:
+    """The directories the plan writes in (each stage still to run): locked by :func:`execute`."""
+    return list(dict.fromkeys(os.path.abspath(s.workdir) for s in plan.stages if s.results is None))
 
 
 def _say(message: str) -> None:
@@ -319,6 +335,13 @@ def execute(plan: Plan, say: Callable[[str], None] = _say, record: dict | None =
     the command-line overrides there, for :mod:`invjax.report`); phase-1 runs get them too, with
     ``stream``, unless they already carry a record of their own (a reused standalone run).
     """
+    with contextlib.ExitStack() as stack:
+        if jax.process_index() == 0:  # before any compute; re-entrant with invjax.main's lock
+            stack.enter_context(workdir_lib.locked(workdirs(plan)))
+        return _execute(plan, say, record)
+
+
+def _execute(plan: Plan, say: Callable[[str], None], record: dict | None) -> dict:
     record = dict(record or {})
     if plan.phases != "two_phase":
         results = train.run(plan.stages[0].experiment)

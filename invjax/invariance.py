@@ -388,6 +388,76 @@ def _model_features(model, variables, mean, std):
     return lambda images: apply(variables, images)
 
 
+def check_images(images, image_shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``images`` as float32 if they are what model mode takes, else one ValueError: float32 or
+    float64 ``[N, H, W, C]`` (``N >= 1``, ``(H, W, C)`` the dataset's), finite, in [0, 1]."""
+    images = np.asarray(images)
+    want = f"[N, {', '.join(map(str, image_shape))}] float32 in [0, 1]"
+    if images.dtype == np.uint8:
+        raise ValueError(
+            f"images are uint8 (values {images.min() if images.size else '-'}.."
+            f"{images.max() if images.size else '-'}): model mode takes {want}; divide by 255 "
+            "first (np.save(path, images.astype(np.float32) / 255))"
+        )
+    if images.dtype not in (np.float32, np.float64):
+        raise ValueError(f"images have dtype {images.dtype}: {name} models take {want}")
+    if images.ndim != 4 or tuple(images.shape[1:]) != image_shape:
+        raise ValueError(f"images have shape {images.shape}: {name} models take {want}")
+    if len(images) == 0:
+        raise ValueError(f"images hold no image (shape {images.shape}): give at least one")
+    bad = ~np.isfinite(images)
+    if bad.any():
+        first = int(np.argwhere(bad.reshape(len(images), -1).any(axis=1))[0, 0])
+        raise ValueError(
+            f"images hold {int(bad.sum())} NaN/Inf values (the first in image {first}): "
+            "every pixel must be a finite value in [0, 1]"
+        )
+    lo, hi = float(images.min()), float(images.max())
+    if lo < 0.0 or hi > 1.0:
+        raise ValueError(
+            f"images have values in [{lo:.4g}, {hi:.4g}]: model mode takes {want} (transforms "
+            "act on [0, 1] images, normalised afterwards as in training)"
+        )
+    return images.astype(np.float32)
+
+
+def check_variables(model, image_shape, variables, workdir: str, model_cfg) -> None:
+    """One ValueError if a checkpoint's variables are not those of ``model`` (another model or
+    width): every variable the model needs, with its shape (compared abstractly, no compute)."""
+    from flax import traverse_util
+
+    from invjax import checkpoint, train
+
+    want = jax.eval_shape(
+        lambda k: train.init_variables(model, image_shape, k), jax.random.PRNGKey(0)
+    )
+    want = traverse_util.flatten_dict(dict(want), sep="/")
+    have = traverse_util.flatten_dict(dict(variables), sep="/")
+    missing = [k for k in want if k not in have]
+    extra = [k for k in have if k not in want and k.startswith("params/")]
+    shapes = [
+        (k, tuple(np.shape(have[k])), tuple(want[k].shape))
+        for k in want
+        if k in have and tuple(np.shape(have[k])) != tuple(want[k].shape)
+    ]
+    if not missing and not shapes and not extra:
+        return
+    stored = (checkpoint.read_config(workdir) or {}).get("model") or {}
+    if missing:
+        example = f"{missing[0]} is missing"
+    elif shapes:
+        example = f"{shapes[0][0]} has shape {shapes[0][1]}, the model needs {shapes[0][2]}"
+    else:
+        example = f"{extra[0]} is not a parameter of the model"
+    raise ValueError(
+        f"--workdir={workdir} holds a checkpoint of another model (stored model.name="
+        f"{stored.get('name', '?')!r}, config model.name={model_cfg.get('name')!r}): "
+        f"{len(missing)} variables missing, {len(shapes)} of another shape and {len(extra)} "
+        f"parameters the model lacks, e.g. {example}. "
+        "Use the config the run was trained with (its config.json)"
+    )
+
+
 def model_invariance(
     config,
     workdir: str | None = None,
@@ -415,12 +485,7 @@ def model_invariance(
         )
     image_shape = tuple(datasets.DATASETS[name][0])
     if images is not None:
-        images = np.asarray(images)
-        if images.ndim != 4 or tuple(images.shape[1:]) != image_shape:
-            raise ValueError(
-                f"images have shape {images.shape}: {name} models take [N, {image_shape[0]}, "
-                f"{image_shape[1]}, {image_shape[2]}] float32 in [0, 1]"
-            )
+        images = check_images(images, image_shape, name)
     # A fresh model on the user's own images needs no dataset: only its shape and class count.
     ds = datasets.load(data_cfg) if images is None or workdir else None
     num_classes = ds.num_classes if ds is not None else datasets.DATASETS[name][1]
@@ -446,6 +511,7 @@ def model_invariance(
         from invjax import checkpoint
 
         variables = checkpoint.load_params(workdir)
+        check_variables(model, image_shape, variables, workdir, model_cfg)
     else:
         from invjax import train
 

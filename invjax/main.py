@@ -19,6 +19,11 @@ under ``DIR/checkpoints``; the last line of output is ``test_error=X.XX%``. Star
 the same ``DIR`` it resumes. Bad input (an unknown config key, an invalid value, a training size
 the classes cannot split, a wrong image shape, an unreadable checkpoint) stops with one message
 before any compute (exit status 2); a NaN/Inf loss stops with the step named (exit status 1).
+The workdir is checked (non-empty, a writable directory, room for a checkpoint) and locked
+against a second run before any compute (:mod:`invjax.workdir`); a full disk or another write
+failure during training stops with one message, keeping the last good checkpoint (exit status 1).
+SIGTERM or SIGINT finishes the current step, saves a checkpoint there and exits with status
+128 + the signal number (143, 130); the same command resumes (README, "Under faults").
 Multi-stream configs with ``train.phases='two_phase'`` run both of the paper's phases (phase 1's
 stream runs in ``DIR/streams/<stream>``, then the head in ``DIR``; :mod:`invjax.experiment`).
 The work itself is in :mod:`invjax.train`.
@@ -26,6 +31,7 @@ The work itself is in :mod:`invjax.train`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -51,8 +57,12 @@ _DRY_RUN = flags.DEFINE_bool(
 )
 
 
-def _fail(message: str, status: int = 2):
-    print(f"invjax: error: {message}", file=sys.stderr, flush=True)
+def _fail(message: str, status: int = 2, kind: str = "error: "):
+    print(f"invjax: {kind}{message}", file=sys.stderr, flush=True)
+    # The message is the whole report: once it is out, objects that orbax or asyncio leave
+    # behind after a failed save or read must not add "Exception ignored" tracebacks when they
+    # are collected at shutdown.
+    sys.unraisablehook = lambda unraisable: None
     sys.exit(status)
 
 
@@ -172,32 +182,80 @@ def _describe(plan, train) -> str:
 
 def main(argv):
     del argv
-    from invjax import checkpoint, compilation_cache, experiment, parallel, train
+    from invjax import train
 
     if _WORKDIR.value is None or _CONFIG.value is None:
         _fail("both --config=configs/NAME.py and --workdir=DIR are required")
     if not flags.FLAGS["verbosity"].present:  # orbax logs every file it writes at INFO
         logging.set_verbosity(logging.WARNING)
-    config = _CONFIG.value
+    with train.handle_signals():
+        try:
+            results = _check_and_run(_CONFIG.value, _WORKDIR.value)
+        except train.Stopped as e:  # a checkpoint at the step reached was saved
+            _fail(str(e), status=e.status, kind="")
+        except train.Interrupted as e:
+            _fail(
+                f"stopped by {e} outside training (nothing unsaved was lost); run the same "
+                "command to resume",
+                status=128 + e.signum,
+                kind="",
+            )
+    if results is not None:  # None: --dry_run
+        print(f"test_error={results['test_error']:.2f}%", flush=True)
+
+
+def _check_and_run(config, workdir_flag: str) -> dict | None:
+    """Check the workdir, lock it, check every phase, then train (module docstring's statuses).
+
+    The lock is taken before the checkpoints are read where the workdir exists (a run writing
+    them could otherwise be read half-way); a new workdir is created and locked only once every
+    check has passed (bad input leaves nothing behind), and checked again if another run
+    created it meanwhile.
+    """
+    import jax
+
+    from invjax import checkpoint, compilation_cache, experiment, parallel, train, workdir
+
+    try:
+        path = workdir.check(workdir_flag)
+    except workdir.WorkdirError as e:
+        _fail(str(e))
     compilation_cache.enable(_CACHE.value)
     try:
         parallel.initialize_distributed(bool(config.get("multi_host", False)))
     except ValueError as e:  # a bad JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
         _fail(str(e))
-    try:
-        plan = experiment.check(config, _WORKDIR.value)  # every phase, before any compute
-    except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
-        _fail(str(e))
-    if _DRY_RUN.value:
+    if _DRY_RUN.value:  # every check, no lock, nothing written
+        try:
+            plan = experiment.check(config, workdir_flag)
+        except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
+            _fail(str(e))
         print(_describe(plan, train), flush=True)
-        return
-    try:
-        results = experiment.execute(plan, record=_record())
-    except train.NonFiniteLossError as e:
-        _fail(str(e), status=1)
-    except experiment.StageError as e:
-        _fail(str(e))
-    print(f"test_error={results['test_error']:.2f}%", flush=True)
+        return None
+    primary = jax.process_index() == 0
+    bad_input = (ValueError, checkpoint.CheckpointError, FileNotFoundError)
+    with contextlib.ExitStack() as stack:
+        try:
+            existed = os.path.isdir(path)
+            if existed and primary:
+                stack.enter_context(workdir.locked([path]))
+            plan = experiment.check(config, workdir_flag)  # every phase, before any compute
+            if not existed and primary:
+                stack.enter_context(workdir.locked([path]))
+                if set(os.listdir(path)) - {workdir.LOCK_FILE}:  # another run got there first
+                    plan = experiment.check(config, workdir_flag)
+            if primary:
+                workdir.check_space(path, experiment.checkpoint_bytes(plan))
+        except bad_input as e:  # WorkdirError (busy, full) too
+            _fail(str(e))
+        except OSError as e:
+            _fail(f"--workdir={workdir_flag}: {e}")
+        try:
+            return experiment.execute(plan, record=_record())
+        except (train.NonFiniteLossError, train.RunIOError, checkpoint.SaveError) as e:
+            _fail(str(e), status=1)
+        except (experiment.StageError, workdir.WorkdirError) as e:
+            _fail(str(e))
 
 
 if __name__ == "__main__":

@@ -27,11 +27,15 @@ and once with ``epochs_done=0`` before the first step of a fresh run (Scale-II m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import math
 import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,7 +50,8 @@ from flax import struct, traverse_util
 from invjax import certificate, checkpoint, models, parallel
 from invjax import data as data_lib
 from invjax import precision as P
-from invjax.logging_utils import Reporter, banner, hparams
+from invjax import workdir as workdir_lib
+from invjax.logging_utils import METRICS_FILE, Reporter, banner, hparams
 
 OPTIMIZERS = ("sgd", "adam")
 NON_STATE_COLLECTIONS = ("params", "batch_stats", "intermediates")
@@ -66,6 +71,90 @@ RESUMABLE_KEYS = (
 
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or Inf; the message names the step and the kept checkpoint."""
+
+
+class RunIOError(OSError):
+    """Writing in the workdir failed during training (e.g. a full disk); the message names the
+    failure and the last good checkpoint, which is kept."""
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT arrived outside a training loop (nothing unsaved is lost)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Stopped(Exception):
+    """A training loop stopped on SIGTERM/SIGINT after saving a checkpoint at its position.
+
+    ``status`` is the documented exit status of ``invjax.main``: 128 + the signal number (143
+    for SIGTERM, 130 for SIGINT), the shell's convention for a process ended by that signal.
+    """
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.signum = signum
+        self.status = 128 + signum
+
+
+class StopRequest:
+    """The SIGTERM/SIGINT handler of a training process.
+
+    Outside a loop (``defer`` False) the first signal raises :class:`Interrupted` at once: data
+    loading or compilation has nothing to save. Inside a loop it only records the signal; the
+    loop finishes its step, saves a checkpoint there and raises :class:`Stopped`. Any further
+    signal is ignored with a note, so a second Ctrl-C cannot cut the save short (orbax's
+    temporary-directory commit would keep a kill from corrupting it; SIGKILL still works).
+    """
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.defer = False
+
+    def __call__(self, signum, frame):
+        del frame
+        if self.signum is not None:
+            print(
+                f"invjax: {signal.Signals(signum).name} again: already stopping and saving; "
+                "please wait (SIGKILL abandons the save; the previous checkpoint is kept)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        self.signum = signum
+        if not self.defer and not workdir_lib.in_critical():
+            raise Interrupted(signum)
+
+    def raise_if_pending(self) -> None:
+        """Raise :class:`Interrupted` for a signal recorded in a lock's critical section."""
+        if self.signum is not None and not self.defer:
+            raise Interrupted(self.signum)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stop_on_signals(request: StopRequest | None = None):
+    """Install ``request`` (a new :class:`StopRequest` if None) for SIGTERM and SIGINT inside
+    the block, restoring the previous handlers after; a no-op outside the main thread (Python
+    delivers signals there only)."""
+    request = request or StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, request)
+    workdir_lib.PENDING_CHECKS.append(request.raise_if_pending)
+    try:
+        yield request
+    finally:
+        workdir_lib.PENDING_CHECKS.remove(request.raise_if_pending)
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 # ----------------------------------------------------------------------------- config checks
@@ -565,6 +654,7 @@ class Experiment:
     num_trainable: int
     precision: str = "default"  # arithmetic of the train steps (invjax.precision)
     eval_precision: str = P.EXACT  # arithmetic of evaluation and of the certificate
+    state_bytes: int = 0  # of one checkpoint's arrays (the start-up free-space check)
 
 
 def _abstract(tree, sharding):
@@ -672,6 +762,7 @@ def prepare(config, workdir: str, load_sources: bool = True) -> Experiment:
         restored=restored,
         num_params=num_params,
         num_trainable=num_trainable,
+        state_bytes=sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state)),
         precision=precision,
         eval_precision=eval_precision,
     )
@@ -708,7 +799,65 @@ def _fresh_meta() -> dict:
         "best_val_error": None,
         "best_epoch": None,
         "wall_time_s": 0.0,
+        "records": [],
     }
+
+
+def _finite_record(rec: dict) -> dict:
+    """A metrics record as ``metrics.jsonl`` holds it (NaN/Inf as null)."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in rec.items()}
+
+
+def restore_metrics(workdir: str, restored: checkpoint.Restored) -> list[dict]:
+    """Make ``metrics.jsonl`` agree with the checkpoint a run resumes from; returns the records
+    up to its step (what the run's later checkpoints carry on).
+
+    Since the checkpoint's meta holds every evaluation record up to its step, a deleted or
+    damaged ``metrics.jsonl`` is rebuilt from it, with a message (the earlier file, if any, is
+    kept as ``metrics.jsonl.bak``). A checkpoint written before records were stored cannot
+    rebuild a deleted file: a warning says that it will hold the epochs from now on only; where
+    the file exists, its records are taken as the history.
+    """
+    path = os.path.join(workdir, METRICS_FILE)
+    records = restored.meta.get("records")
+    have = None
+    if os.path.exists(path):
+        have = []
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill
+                if int(rec.get("step", 0)) <= restored.step and not rec.get("final"):
+                    have.append(rec)
+    if records is None:
+        if have is None:
+            logging.warning(
+                "%s is missing and the checkpoint of step %d holds no records to rebuild it: it "
+                "will hold the evaluations from step %d on only",
+                path,
+                restored.step,
+                restored.step,
+            )
+        return have or []
+    if have == records:
+        return records
+    if have is None:
+        note = "was missing"
+    else:
+        note = f"disagreed with the checkpoint (kept as {path}.bak)"
+        os.replace(path, path + ".bak")
+    with open(path + ".tmp", "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+    os.replace(path + ".tmp", path)
+    print(
+        f"invjax: {path} {note}: rebuilt from the checkpoint of step {restored.step} "
+        f"({len(records)} records)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return records
 
 
 class _Loop:
@@ -719,10 +868,11 @@ class _Loop:
     validation error and epoch, and the wall time spent so far.
     """
 
-    def __init__(self, exp: Experiment):
+    def __init__(self, exp: Experiment, stop: StopRequest | None = None):
         self.t_init = time.perf_counter()
         self.first_step_s = None  # loop start -> first finished step (compilation included)
         self.exp, self.tc, self.ds, self.mesh = exp, exp.config.train, exp.dataset, exp.mesh
+        self.stop = stop or StopRequest()
         self.primary = jax.process_index() == 0
         self.spe, self.bsz = exp.steps_per_epoch, self.tc.batch_size
         images = self.ds.train.images[: min(self.bsz, len(self.ds.train))]
@@ -732,6 +882,8 @@ class _Loop:
         self.hooks = epoch_end_hooks(exp.model)
         if exp.restored is not None:
             self.state, self.meta = exp.restored.state, exp.restored.meta
+            if self.primary:
+                self.meta["records"] = restore_metrics(exp.workdir, exp.restored)
         else:
             make, trees = state_factory(
                 exp.model,
@@ -812,7 +964,10 @@ class _Loop:
             "loss": loss,
             "error": error,
         }
-        self.reporter.record({**rec, **extra})
+        rec = _finite_record({**rec, **extra})
+        if not extra.get("final"):  # the checkpoint carries the history (restore_metrics)
+            self.meta.setdefault("records", []).append(rec)
+        self.reporter.record(rec)
 
     def evaluate(self, variables, split) -> tuple[float, float]:
         return evaluate(self.eval_step, variables, split, self.tc.eval_batch_size, self.mesh)
@@ -856,7 +1011,10 @@ class _Loop:
             self.reporter.message(
                 f"resuming from the checkpoint of step {self.step} in {self.writer.directory}"
             )
+        if self.stop.signum is not None:  # arrived while compiling: no step to finish
+            self.stop_here(None)
         pending = None
+        signal_at = workdir_lib.fault("sigterm_at_step")  # test hook: a signal at a known step
         while self.step < self.exp.num_steps:
             idx = batch_indices(n, self.bsz, self.exp.config.seed, *divmod(self.step, self.spe))
             self.state, metrics = self.train_step(
@@ -865,6 +1023,8 @@ class _Loop:
                 parallel.gather_batch(ds.train.labels, idx, self.mesh),
             )
             self.step += 1
+            if signal_at is not None and self.step == int(signal_at):
+                os.kill(os.getpid(), signal.SIGTERM)
             if pending is not None:  # one step behind, so the device runs ahead of this check
                 self.consume(*pending)
             pending = (self.step, metrics)
@@ -876,6 +1036,30 @@ class _Loop:
                 if epoch_end:
                     self.epoch_end()
                 self.save()
+            if self.stop.signum is not None:
+                self.stop_here(pending)
+        if self.stop.signum is not None:  # after the last step: its checkpoint is saved
+            self.stop_here(None)
+
+    def stop_here(self, pending) -> None:
+        """On SIGTERM/SIGINT: check the step, save a checkpoint at this position, raise Stopped."""
+        if pending is not None:
+            self.consume(*pending)
+        saved = self.step != self.step0
+        if saved:
+            self.save()  # a no-op if this step was just saved (epoch end, interval)
+        name = signal.Signals(self.stop.signum).name
+        where = f"after step {self.step} of {self.exp.num_steps} (epoch {self.step / self.spe:.2f})"
+        raise Stopped(
+            self.stop.signum,
+            f"stopped by {name} {where}: "
+            + (
+                f"checkpoint saved in {self.writer.directory}"
+                if saved
+                else f"nothing to save (no step had run since step {self.step0})"
+            )
+            + "; run the same command to resume",
+        )
 
     def finish(self) -> dict:
         """Evaluate the reported model (best validation epoch or last) on val and test."""
@@ -963,16 +1147,73 @@ def run(exp: Experiment) -> dict:
             "this experiment was prepared without its init_from sources (load_sources=False): "
             "prepare it again once they exist"
         )
-    os.makedirs(exp.workdir, exist_ok=True)
-    if jax.process_index() == 0:
+    primary = jax.process_index() == 0
+    with contextlib.ExitStack() as stack:
+        if primary:  # re-entrant: invjax.main holds it already
+            stack.enter_context(workdir_lib.locked([exp.workdir]))
+        os.makedirs(exp.workdir, exist_ok=True)
+        request = _SIGNALS.request or stack.enter_context(stop_on_signals())
+        try:
+            return _run_loop(exp, request, primary)
+        except checkpoint.SaveError:
+            raise  # its message names the step, the reason and the kept checkpoint
+        except OSError as e:
+            kept = checkpoint.list_steps(exp.workdir)
+            raise RunIOError(
+                f"cannot write in {exp.workdir} ({_short_os_error(e)}): stopped. "
+                + (
+                    f"The last good checkpoint (step {kept[-1]}) is kept; "
+                    if kept
+                    else "No checkpoint had been saved; "
+                )
+                + "free some space (or fix the problem) and run the same command to resume."
+            ) from e
+
+
+def _short_os_error(e: OSError) -> str:
+    if e.errno is not None and e.strerror:
+        where = f": {e.filename}" if e.filename else ""
+        return f"[Errno {e.errno}] {e.strerror}{where}"
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+class _Signals:
+    """The :class:`StopRequest` installed for the whole process (:func:`handle_signals`)."""
+
+    request: StopRequest | None = None
+
+
+_SIGNALS = _Signals()
+
+
+@contextlib.contextmanager
+def handle_signals():
+    """SIGTERM/SIGINT handling for a whole command (``invjax.main``): one :class:`StopRequest`
+    that every :func:`run` inside the block uses (a two-phase command runs several)."""
+    with stop_on_signals() as request:
+        _SIGNALS.request = request
+        try:
+            yield request
+        finally:
+            _SIGNALS.request = None
+
+
+def _run_loop(exp: Experiment, request: StopRequest, primary: bool) -> dict:
+    if primary:
         with open(os.path.join(exp.workdir, "config.json"), "w") as f:
             f.write(exp.config.to_json_best_effort(indent=2) + "\n")
-    loop = _Loop(exp)
+    request.defer = True
     try:
-        loop.train()
-        return loop.finish()
+        if request.signum is not None:  # arrived while this run was being prepared
+            raise Interrupted(request.signum)
+        loop = _Loop(exp, request)
+        try:
+            loop.train()
+            return loop.finish()
+        finally:
+            loop.close()  # flushes metrics.jsonl and TensorBoard, also when stopping
     finally:
-        loop.close()
+        request.defer = False
 
 
 def train_and_evaluate(config, workdir: str) -> dict:

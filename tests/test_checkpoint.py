@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import runpy
@@ -292,3 +293,88 @@ def test_phase_two_loads_a_stream_and_keeps_it_frozen(finished, tmp_path):
     for part in ("b", "head"):
         for x, y in zip(leaves(before["params"][part]), leaves(state["params"][part])):
             assert not np.array_equal(x, y), part
+
+
+def test_flipped_bit_in_a_step_without_manifest_loads_only_with_a_warning(
+    finished, tmp_path, caplog
+):
+    workdir0, *_ = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(workdir0, workdir)
+    with caplog.at_level(logging.WARNING):
+        checkpoint.restore_latest(workdir)
+    assert not [r for r in caplog.records if "integrity manifest" in r.getMessage()]
+    corrupt(workdir, 8, flip=True)
+    with caplog.at_level(logging.WARNING):  # with its manifest: the step is refused
+        assert checkpoint.restore_latest(workdir).step == 6
+    caplog.clear()
+    manifest = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR, "8.json")
+    os.remove(manifest)
+    with caplog.at_level(logging.WARNING):  # without: loaded (orbax cannot tell), not silently
+        assert checkpoint.restore_latest(workdir).step == 8
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(
+        m.startswith("checkpoint step 8 in ") and f"has no integrity manifest ({manifest}" in m
+        for m in messages
+    ), messages
+
+
+def test_manifests_work_through_epath_on_a_remote_path(finished, tmp_path):
+    """Manifest writing and checking on ``gs://bucket/run``, its etils.epath backend mocked onto
+    a local copy (a real bucket is not reachable here; the arrays stay orbax's business)."""
+    from etils.epath import testing as epath_testing
+
+    workdir0, *_ = finished
+    local = str(tmp_path / "bucket")
+    shutil.copytree(workdir0, os.path.join(local, "run"))
+    calls = []
+
+    def to_local(p):
+        calls.append(str(p))
+        return str(p).replace("gs://bucket", local)
+
+    one = lambda fn, p, *a, **k: fn(to_local(p), *a, **k)  # noqa: E731
+    two = lambda fn, p, q, *a, **k: fn(to_local(p), to_local(q), *a, **k)  # noqa: E731
+    mocks = {n: one for n in ("open", "exists", "isdir", "listdir", "makedirs", "mkdir", "remove")}
+    mocks.update(stat=one, rmtree=one, glob=one, rename=two, replace=two)
+    remote = "gs://bucket/run"
+    manifest = os.path.join(local, "run", checkpoint.MANIFEST_SUBDIR, "8.json")
+    with epath_testing.mock_epath(**mocks):
+        assert checkpoint.checkpoint_dir(remote) == "gs://bucket/run/checkpoints"
+        assert checkpoint.verify_manifest(remote, 8) is None
+        os.remove(manifest)
+        checkpoint.write_manifest(remote, 8, kept_steps=[6, 7, 8])
+        assert os.path.exists(manifest) and checkpoint.verify_manifest(remote, 8) is None
+        corrupt(os.path.join(local, "run"), 8, flip=True)
+        assert "differs from when it was saved" in checkpoint.verify_manifest(remote, 8)
+    assert any(c.startswith("gs://bucket/run/checkpoints/8/state/") for c in calls)
+
+
+def test_restore_metrics_rebuilds_repairs_or_keeps_the_history(tmp_path, caplog, capsys):
+    recs = [
+        {"step": s, "epoch": s // 4, "split": "val", "loss": 0.5, "error": 10.0} for s in (4, 8)
+    ]
+    path = tmp_path / "metrics.jsonl"
+    text = "".join(json.dumps(r) + "\n" for r in recs)
+    restored = checkpoint.Restored(8, None, {"records": recs}, [])
+    # missing: rebuilt, with a message
+    assert train.restore_metrics(str(tmp_path), restored) == recs
+    assert path.read_text() == text and "was missing: rebuilt" in capsys.readouterr().err
+    # later records (work about to be redone) and a line cut short: as the checkpoint says
+    path.write_text(text + json.dumps(dict(recs[0], step=12)) + '\n{"step": 1')
+    train.restore_metrics(str(tmp_path), restored)
+    assert path.read_text().startswith(text)  # the Reporter drops step 12 itself
+    assert not os.path.exists(str(path) + ".bak") and not capsys.readouterr().err
+    # a lost record: rebuilt, the earlier file kept
+    path.write_text(json.dumps(recs[1]) + "\n")
+    train.restore_metrics(str(tmp_path), restored)
+    assert path.read_text() == text
+    assert open(str(path) + ".bak").read() == json.dumps(recs[1]) + "\n"
+    assert "disagreed with the checkpoint" in capsys.readouterr().err
+    # a checkpoint from before records were stored: the file is the history, or a warning
+    old = checkpoint.Restored(8, None, {}, [])
+    assert train.restore_metrics(str(tmp_path), old) == recs
+    os.remove(path)
+    with caplog.at_level(logging.WARNING):
+        assert train.restore_metrics(str(tmp_path), old) == []
+    assert any("holds no records to rebuild it" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,304 @@
+"""A run's working directory: checks before compute, one exclusive lock per directory, and the
+fault hooks the tests use.
+
+Checks (:func:`check`): the ``--workdir`` value must be non-empty and local (``gs://`` and other
+remote paths are not supported for training: metrics, results and the lock are written with
+the local file system), must not be an existing file, must be creatable (its first existing
+ancestor a writable directory) and, if it exists, writable (probed by creating a file, which
+also catches read-only mounts and, for root, what permission bits would not). Each failure is a
+:class:`WorkdirError` with one line naming the path and what is wrong.
+
+Lock (:class:`Lock`, :func:`acquire`): ``DIR/invjax.lock`` holds ``{"host", "pid", "started"}``
+of the process that owns the directory, and an exclusive ``flock`` on it for as long as the
+process lives. A second process on the same directory gets :class:`WorkdirBusyError` naming the
+holder. The kernel drops a ``flock`` when its process dies (SIGKILL, crash, power loss of a
+client on NFSv4 once its lease expires), so a lock file whose lock nobody holds belongs to a dead
+run: it is taken over with a warning naming that run. Locks are re-entrant within a process
+(a two-phase command holds its directory and every phase-1 stream directory). The file is removed
+when the last holder in the process releases it. On a file system without locks (``ENOLCK``,
+some NFS set-ups) a warning says that a second run would not be stopped, and the run goes on.
+
+Fault hooks, for tests only: ``INVJAX_TEST_FAULT`` (see :func:`fault`; comma-separated) with
+``enospc_at_save:STEP`` (orbax's write of that step's meta JSON fails with ENOSPC inside its real
+save), ``slow_save:SECONDS`` (a pause between a step's commit and its manifest, for a second
+signal to land in) and ``sigterm_at_step:STEP`` (the process sends itself SIGTERM after that
+step); ``INVJAX_TEST_FREE_BYTES`` replaces the free space the start-up check sees. Unset (always,
+outside the tests) they do nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import time
+
+from absl import logging
+
+LOCK_FILE = "invjax.lock"
+
+
+class WorkdirError(ValueError):
+    """The workdir cannot be used; the message names the path and the problem (one line)."""
+
+
+class WorkdirBusyError(WorkdirError):
+    """Another live process holds the workdir's lock; the message names it."""
+
+
+def is_remote(path: str) -> bool:
+    """``gs://bucket/x``, ``s3://...``: a URL-like path (etils.epath / orbax would handle it)."""
+    return "://" in str(path)
+
+
+def _first_existing(path: str) -> str:
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _probe_write(directory: str) -> OSError | None:
+    """Create and remove a file in ``directory``: the only reliable writability test."""
+    probe = os.path.join(directory, f".invjax-write-test-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        return e
+    return None
+
+
+def check(workdir: str | None, flag: str = "--workdir") -> str:
+    """The absolute path of a usable workdir, else :class:`WorkdirError` (writes nothing that
+    stays: the directory is not created)."""
+    if workdir is None or not str(workdir).strip():
+        raise WorkdirError(
+            f"{flag}={workdir or ''} is empty: give a directory for checkpoints, metrics and "
+            "results, e.g. --workdir=runs/digits"
+        )
+    if is_remote(workdir):
+        raise WorkdirError(
+            f"{flag}={workdir} is a remote path: training writes metrics, results and its lock "
+            "with the local file system; train in a local directory (or a mounted bucket) and "
+            "copy it"
+        )
+    path = os.path.abspath(workdir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise WorkdirError(f"{flag}={workdir} is an existing file, not a directory")
+    base = _first_existing(path)
+    if not os.path.isdir(base):
+        raise WorkdirError(f"{flag}={workdir} cannot be created: {base} is a file, not a directory")
+    err = _probe_write(base)
+    if err is not None:
+        what = "is not writable" if base == path else f"cannot be created in {base}"
+        raise WorkdirError(f"{flag}={workdir} {what}: {os.strerror(err.errno or 0)}")
+    return path
+
+
+def free_bytes(path: str) -> int:
+    """Free space of the file system holding ``path`` (or its first existing ancestor)."""
+    override = os.environ.get("INVJAX_TEST_FREE_BYTES")
+    if override:
+        return int(override)
+    return shutil.disk_usage(_first_existing(os.path.abspath(path))).free
+
+
+def check_space(workdir: str, checkpoint_bytes: int, flag: str = "--workdir") -> None:
+    """Stop before compute if the file system cannot hold even one checkpoint (plus 16 MiB for
+    metrics and TensorBoard); warn if it cannot hold two (the next save needs room for a new
+    step before the oldest one is removed)."""
+    free = free_bytes(workdir)
+    need = checkpoint_bytes + (16 << 20)
+    if free < need:
+        raise WorkdirError(
+            f"{flag}={workdir}: only {_mib(free)} free on its file system, and one checkpoint of "
+            f"this run needs about {_mib(checkpoint_bytes)} (plus 16 MiB of logs): free some "
+            "space or choose another --workdir"
+        )
+    if free < 2 * checkpoint_bytes + (16 << 20):
+        logging.warning(
+            "%s: only %s free, about %s per checkpoint: saving may run out of space",
+            workdir,
+            _mib(free),
+            _mib(checkpoint_bytes),
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+# ----------------------------------------------------------------------------- lock
+
+
+def _holder_text(info: dict) -> str:
+    return (
+        f"host {info.get('host', '?')}, pid {info.get('pid', '?')}, started "
+        f"{info.get('started', '?')}"
+    )
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+class Lock:
+    """The exclusive lock of one workdir (module docstring). Use :func:`acquire`."""
+
+    def __init__(self, workdir: str):
+        self.workdir = os.path.abspath(workdir)
+        self.path = os.path.join(self.workdir, LOCK_FILE)
+        self.fd: int | None = None
+        self.count = 0
+
+    def _open_locked(self) -> int:
+        """An fd of the lock file with our flock on it, the file still being the one at
+        ``self.path`` (a releasing process unlinks it: retry on the new one)."""
+        for _ in range(100):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    logging.warning(
+                        "%s: the file system does not support locks (%s): a second run on this "
+                        "workdir would not be stopped",
+                        self.workdir,
+                        os.strerror(e.errno),
+                    )
+                    return fd
+                os.close(fd)
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                info = _read(self.path)
+                raise WorkdirBusyError(
+                    f"--workdir={self.workdir} is in use by another run ({_holder_text(info)}): "
+                    "wait for it to finish or stop it, or choose another --workdir"
+                ) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)  # we locked a file that its holder had just removed
+            time.sleep(0.01)
+        raise WorkdirError(f"cannot lock {self.path}: it keeps being replaced")
+
+    def acquire(self) -> Lock:
+        if self.count:
+            self.count += 1
+            return self
+        os.makedirs(self.workdir, exist_ok=True)
+        fd = self._open_locked()
+        stale = _read(self.path)
+        if stale:
+            logging.warning(
+                "%s: took over the lock of a run that is no longer running (%s)",
+                self.workdir,
+                _holder_text(stale),
+            )
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        os.fsync(fd)
+        self.fd, self.count = fd, 1
+        return self
+
+    def release(self) -> None:
+        if not self.count:
+            return
+        self.count -= 1
+        if self.count:
+            return
+        with contextlib.suppress(OSError):
+            os.remove(self.path)  # while still holding it: nobody can take a half-removed lock
+        os.close(self.fd)
+        self.fd = None
+        _HELD.pop(self.workdir, None)
+
+
+_HELD: dict[str, Lock] = {}
+
+
+def acquire(workdir: str) -> Lock:
+    """Lock ``workdir`` for this process (re-entrant; creates the directory). Raises
+    :class:`WorkdirBusyError` naming the holder if another live process has it."""
+    key = os.path.abspath(workdir)
+    lock = _HELD.get(key) or Lock(key)
+    lock.acquire()
+    _HELD[key] = lock
+    return lock
+
+
+# Signal handlers must not raise inside lock bookkeeping (a lock file created but not recorded
+# would outlive the run): they consult in_critical() and only record the signal there; the
+# callables in PENDING_CHECKS (invjax.train registers its StopRequest's) then raise it once the
+# lock is recorded, where the release below is sure to run.
+_CRITICAL = [0]
+PENDING_CHECKS: list = []
+
+
+def in_critical() -> bool:
+    return _CRITICAL[0] > 0
+
+
+@contextlib.contextmanager
+def _critical():
+    _CRITICAL[0] += 1
+    try:
+        yield
+    finally:
+        _CRITICAL[0] -= 1
+
+
+@contextlib.contextmanager
+def locked(workdirs):
+    """Hold the locks of every directory in ``workdirs`` (in order) inside the block."""
+    held = []
+    try:
+        for w in dict.fromkeys(os.path.abspath(w) for w in workdirs):
+            with _critical():
+                held.append(acquire(w))
+            for check in PENDING_CHECKS:
+                check()
+        yield held
+    finally:
+        with _critical():
+            for lock in reversed(held):
+                lock.release()
+
+
+def holds(workdir: str) -> bool:
+    lock = _HELD.get(os.path.abspath(workdir))
+    return bool(lock and lock.count)
+
+
+# ----------------------------------------------------------------------------- test hooks
+
+
+def fault(name: str) -> str | None:
+    """The argument of fault ``name`` in ``INVJAX_TEST_FAULT=name:arg[,name:arg]`` (tests only)."""
+    spec = os.environ.get("INVJAX_TEST_FAULT", "")
+    for item in filter(None, spec.split(",")):
+        key, _, arg = item.partition(":")
+        if key == name:
+            return arg
+    return None
