@@ -59,6 +59,8 @@ DROPOUT = {
 BASELINE_DROPOUT = 0.3  # e2cnn's and DISCO's WRNs (the pooling rows)
 DISCO_SCALES = (1.0, math.sqrt(2.0), 2.0)  # DISCO's STL-10 WRN: [1, 1.41, 2], kernel 5, eff. 3
 STREAM_DIVISOR = {"dualstar": math.sqrt(2.0), "triplestar": math.sqrt(3.0)}
+DOWNSAMPLE = {"std": "strided", "e2": "symmetric", "scale": "maxpool"}
+E2_BASIS = {"frequency_cutoff": 1.0, "sigma": 0.45}  # invjax.bases.e2.E2CNN_EXPERIMENTS
 
 
 def _check_dataset(dataset: str) -> None:
@@ -83,10 +85,18 @@ def wrn(dataset: str, family: str, head: str = "ii", width_divisor: float = 1.0)
     c.dropout = DROPOUT.get((dataset, key), BASELINE_DROPOUT)
     c.stem_width = 16
     c.ii_kernel_size = 3
+    # The peers' downsampling (invjax.models.wrn.DEFAULT_DOWNSAMPLE): strided convolutions in the
+    # WRN baselines, DISCO's stride 1 + 2x2 max pool, the grid-symmetric box rule for E(2).
+    c.downsample = DOWNSAMPLE[family]
     if family == "e2":
         c.groups = groups
         c.ii_group = groups[-1]  # D8 (SVHN), D4 (CIFAR-10), D1 = flips (STL-10)
         c.ii_interpolation = "bilinear"
+        # e2cnn_experiments' basis (--F=1. --sigma=0.45); the pooling rows are e2cnn's networks
+        # (last block to int(64k sqrt|G|) trivial fields), the II rows keep the baseline's 64k.
+        c.e2_frequency_cutoff = E2_BASIS["frequency_cutoff"]
+        c.e2_sigma = E2_BASIS["sigma"]
+        c.e2_out_width = "e2cnn" if head == "pool" else "baseline"
     if family == "scale":
         c.scales = DISCO_SCALES
         c.scale_kernel_size = 5

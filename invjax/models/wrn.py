@@ -67,13 +67,18 @@ from invjax.layers import e2 as e2l
 from invjax.layers import ii as iil
 from invjax.models import register
 from invjax.models.common import StdConv, divide_width, e2_fields
-from invjax.ops.conv import conv2d
+from invjax.ops.conv import check_downsample, conv2d, max_pool2
 
 FAMILIES = ("std", "e2", "scale")
 HEADS = ("ii", "pool")
 DEPTHS = (10, 16, 22, 28, 34, 40)
 BN_MOMENTUM = 0.9  # Flax convention: running = 0.9 running + 0.1 batch (PyTorch's 0.1)
 BN_EPSILON = 1e-5
+# The peers' own downsampling per family (see :mod:`invjax.ops.conv`): the WRN paper's strided
+# convolutions, DISCO's stride-1 convolution + 2x2 max pooling, and for E(2) the grid-symmetric
+# box rule that keeps the networks exactly invariant (e2cnn itself strides).
+DEFAULT_DOWNSAMPLE = {"std": "strided", "e2": "symmetric", "scale": "maxpool"}
+E2_OUT_WIDTHS = ("baseline", "e2cnn")
 
 
 def _scale_layers():
@@ -127,10 +132,13 @@ def wrn_widths(
     groups: Sequence[str] = (),
     stem_width: int = 16,
     width_divisor: float = 1.0,
+    e2_out_width: str = "baseline",
 ) -> dict:
     """Channel counts (fields for ``e2``): ``{'stem', 'stages': (3,), 'out'}``.
 
-    ``out`` is the width of the invariant features (the trivial fields of the last E(2) layer).
+    ``out`` is the width of the invariant features (the trivial fields of the last E(2) layer):
+    the baseline's ``64k`` (``e2_out_width='baseline'``, the paper's E(2)-II tables) or e2cnn's
+    ``int(64k sqrt(|G|))`` trivial fields of the last group (``'e2cnn'``, its ``conv2triv``).
     """
     k = widen_factor
     planes = (16 * k, 32 * k, 64 * k)
@@ -140,6 +148,8 @@ def wrn_widths(
     else:
         stem, stages = stem_width, planes
     out = planes[2]
+    if family == "e2" and e2_out_width == "e2cnn":
+        out = int(planes[2] * math.sqrt(G.parse_group(groups[-1]).order))
     d = width_divisor
     return {
         "stem": divide_width(stem, d),
@@ -156,6 +166,7 @@ class ScalePointwiseConv(nn.Module):
 
     features: int
     stride: int = 1
+    downsample: str = "symmetric"
 
     @nn.compact
     def __call__(self, x):
@@ -166,7 +177,7 @@ class ScalePointwiseConv(nn.Module):
             (1, 1, c, self.features),
         )
         y = jnp.moveaxis(x, 3, 1).reshape(b * s, h, w, c)
-        y = conv2d(y, kernel, self.stride)
+        y = conv2d(y, kernel, self.stride, downsample=self.downsample)
         y = y.reshape(b, s, y.shape[1], y.shape[2], self.features)
         return jnp.moveaxis(y, 1, 3)
 
@@ -180,6 +191,9 @@ class ConvSpec:
     scale_kernel_size: int = 5
     scale_effective_size: int = 3
     scale_basis: str = "disco"
+    downsample: str = "symmetric"
+    e2_frequency_cutoff: float | None = None
+    e2_sigma: float | None = None
 
     def width(self, x, group) -> int:
         """Channels (std, scale) or fields (e2) of a feature map."""
@@ -205,13 +219,20 @@ class ConvSpec:
             momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
         )(x, train)
 
+    def _e2(self):
+        return dict(
+            frequency_cutoff=self.e2_frequency_cutoff,
+            sigma=self.e2_sigma,
+            downsample=self.downsample,
+        )
+
     def conv(self, features, stride, group, name, trivial_out=False, lift=False):
         """Stem (``lift``) or block convolution of the family."""
         if self.family == "std":
-            return StdConv(features, 3, stride, name=name)
+            return StdConv(features, 3, stride, downsample=self.downsample, name=name)
         if self.family == "e2":
             if lift:
-                return e2l.E2LiftConv(features, group, 5, stride, name=name)
+                return e2l.E2LiftConv(features, group, 5, stride, name=name, **self._e2())
             return e2l.E2Conv(
                 features,
                 group,
@@ -219,27 +240,47 @@ class ConvSpec:
                 stride,
                 trivial_out=trivial_out,
                 name=name,
+                **self._e2(),
             )
         sl = _scale_layers()
-        common = dict(
-            kernel_size=self.scale_kernel_size,
-            effective_size=self.scale_effective_size,
-            scales=tuple(self.scales),
-            basis=self.scale_basis,
-            stride=stride,
-            name=name,
-        )
-        if lift:
-            return sl.ScaleLiftConv(features, **common)
-        return sl.ScaleConv(features, scale_size=1, **common)
+
+        def make(s):
+            common = dict(
+                kernel_size=self.scale_kernel_size,
+                effective_size=self.scale_effective_size,
+                scales=tuple(self.scales),
+                basis=self.scale_basis,
+                stride=s,
+                name=name,
+            )
+            if lift:
+                return sl.ScaleLiftConv(features, **common)
+            return sl.ScaleConv(features, scale_size=1, **common)
+
+        return self._pooled(make, stride)
+
+    def _pooled(self, make, stride):
+        """Scale layers stride by :func:`conv2d`'s symmetric rule; DISCO's ``maxpool`` rule is a
+        stride-1 layer and a 2x2 max pool over ``H, W`` of ``[B, H, W, S, C]`` (even grids)."""
+        if stride == 1 or self.downsample == "symmetric":
+            return make(stride)
+
+        def apply(x):
+            if x.shape[1] % 2:  # odd grid: the plain strided layer is already symmetric
+                return make(stride)(x)
+            return max_pool2(make(1)(x), axes=(1, 2))
+
+        return apply
 
     def shortcut(self, features, stride, group, name, trivial_out=False):
         """1x1 projection shortcut of the family."""
         if self.family == "std":
-            return StdConv(features, 1, stride, name=name)
+            return StdConv(features, 1, stride, downsample=self.downsample, name=name)
         if self.family == "e2":
-            return e2l.E2Conv(features, group, 1, stride, trivial_out=trivial_out, name=name)
-        return ScalePointwiseConv(features, stride, name=name)
+            return e2l.E2Conv(
+                features, group, 1, stride, trivial_out=trivial_out, name=name, **self._e2()
+            )
+        return ScalePointwiseConv(features, stride, self.downsample, name=name)
 
 
 class WRNBlock(nn.Module):
@@ -309,6 +350,13 @@ class WideResNet(nn.Module):
     scale_effective_size: int = 3
     scale_basis: str = "disco"
     relift: tuple[bool, bool, bool] = (False, False, False)
+    # peer parity: the downsampling rule (None: the family's peer rule, DEFAULT_DOWNSAMPLE), the
+    # E(2) basis (None: e2cnn's R2Conv defaults; the configs use e2cnn_experiments' F=1,
+    # sigma=0.45) and the width of the last E(2) layer ('baseline' 64k or 'e2cnn').
+    downsample: str | None = None
+    e2_frequency_cutoff: float | None = None
+    e2_sigma: float | None = None
+    e2_out_width: str = "baseline"
 
     def __post_init__(self):
         check_config(
@@ -321,6 +369,17 @@ class WideResNet(nn.Module):
             self.dropout,
             self.width_divisor,
         )
+        if self.downsample is not None:
+            check_downsample(self.downsample)
+            if self.family == "scale" and self.downsample == "strided":
+                raise ValueError(
+                    "WRN downsample='strided' is not available for family='scale': choose "
+                    "'maxpool' (DISCO's) or 'symmetric'"
+                )
+        if self.e2_out_width not in E2_OUT_WIDTHS:
+            raise ValueError(
+                f"WRN e2_out_width={self.e2_out_width!r} is unknown: choose one of {E2_OUT_WIDTHS}"
+            )
         if len(self.relift) != 3:
             raise ValueError(
                 f"WRN relift={self.relift!r} is invalid: give one flag per stage, e.g. "
@@ -331,12 +390,21 @@ class WideResNet(nn.Module):
     @property
     def widths(self) -> dict:
         return wrn_widths(
-            self.family, self.widen_factor, self.groups, self.stem_width, self.width_divisor
+            self.family,
+            self.widen_factor,
+            self.groups,
+            self.stem_width,
+            self.width_divisor,
+            self.e2_out_width,
         )
 
     @property
     def blocks_per_stage(self) -> int:
         return (self.depth - 4) // 6
+
+    @property
+    def downsample_rule(self) -> str:
+        return self.downsample or DEFAULT_DOWNSAMPLE[self.family]
 
     @property
     def spec(self) -> ConvSpec:
@@ -346,6 +414,9 @@ class WideResNet(nn.Module):
             self.scale_kernel_size,
             self.scale_effective_size,
             self.scale_basis,
+            self.downsample_rule,
+            self.e2_frequency_cutoff,
+            self.e2_sigma,
         )
 
     def _check_input(self, x):
@@ -440,6 +511,10 @@ def from_config(config) -> WideResNet:
         "scale_effective_size",
         "scale_basis",
         "relift",
+        "downsample",
+        "e2_frequency_cutoff",
+        "e2_sigma",
+        "e2_out_width",
     ):
         val = get(field, None)
         if val is not None:
