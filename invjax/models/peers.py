@@ -1,0 +1,29 @@
+"""Parameter counts of the peers' own networks, beside which ``python -m invjax.models`` prints
+invjax's (issue 9: the rows without II are the peers' networks).
+
+Every count was measured by building the peer's network in PyTorch (CPU, ``num_classes=10``) and
+summing ``p.numel()`` over its trainable parameters; nothing here is computed by invjax:
+
+* e2cnn 0.2.3 from PyPI with torch 2.13.0 and numpy < 2 (in a separate venv; one line of
+  e2cnn's ``basisexpansion_singleblock.py`` patched from a ``uint8`` to a ``bool`` mask, which
+  current torch requires and which does not change any shape), with
+  ``experiments/models/e2_wide_resnet.py`` of QUVA-Lab/e2cnn_experiments and its defaults
+  ``F=1., sigma=0.45, fixparams=True, conv2triv=True``;
+* the plain WRN of the same repository, ``experiments/models/wide_resnet.py``.
+"""
+
+from __future__ import annotations
+
+# name in configs/models.py -> (count, the peer's constructor that was measured)
+PEER_COUNTS: dict[str, tuple[int, str]] = {
+    "svhn_std": (2_748_890, "e2cnn_experiments wide_resnet.WideResNet(16, 10, 4, 0.3)"),
+    "cifar10_std": (36_479_194, "e2cnn_experiments wide_resnet.WideResNet(28, 10, 10, 0.3)"),
+    "stl10_std": (
+        10_961_370,
+        "e2cnn_experiments wide_resnet.WideResNet(16, 10, 8, 0.3, initial_stride=2)",
+    ),
+    "svhn_e2_pool": (
+        6_421_518,
+        "e2cnn_experiments Wide_ResNet(16, 4, 0.3, num_classes=10, N=8, r=-1, f=True)",
+    ),
+}
