@@ -252,7 +252,8 @@ def wrn_features(e: Emitter, m, v, x: str, prefix: str = "") -> Features:
             bp, bs, name = params[blk], stats.get(blk, {}), f"{prefix}{blk}/"
             stride = (m.first_stride if s == 0 else 2) if b == 0 else 1
             relift = bool(m.relift[s]) and b == 0 and fam == "scale"
-            x_n = e.relu(bn(x, bp["bn1"], bs["bn1"], name + "bn1", groups[s]), name + "relu1")
+            in_group = groups[s - 1] if s and b == 0 else groups[s]  # as WRNBlock.in_group
+            x_n = e.relu(bn(x, bp["bn1"], bs["bn1"], name + "bn1", in_group), name + "relu1")
             if relift:
                 y = g.emit("scale_max", [x_n], name + "projection", scales=n_scales)
                 y = conv(y, bp["conv1"], name + "conv1", stride, None, "lift")

@@ -286,7 +286,9 @@ class ConvSpec:
 class WRNBlock(nn.Module):
     """Pre-activation residual block of :class:`WideResNet` (see the module docstring).
 
-    ``group``: the E(2) group of the block (None otherwise); ``trivial_out`` (E(2) only) makes the
+    ``group``: the E(2) group of the block (None otherwise); ``in_group``: the group whose fields
+    the input BatchNorm shares over (the previous stage's after a restriction, as e2cnn);
+    ``trivial_out`` (E(2) only) makes the
     output invariant fields (``conv1`` keeps ``inner_features`` regular fields, e2cnn's
     ``inner_fiber``); ``relift`` (scale only) max-projects before ``conv1`` and lifts again.
     """
@@ -299,13 +301,16 @@ class WRNBlock(nn.Module):
     dropout: float = 0.0
     trivial_out: bool = False
     relift: bool = False
+    in_group: str | None = None
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         spec = self.spec
         in_width = spec.width(x, self.group)
         inner = self.inner_features or self.features
-        x_n = nn.relu(spec.bn(self.group, "bn1")(x, train))
+        # After a restriction e2cnn keeps each field of the larger group as one field (its
+        # DisentangleModule), so the first BatchNorm shares statistics over those |G| channels.
+        x_n = nn.relu(spec.bn(self.in_group or self.group, "bn1")(x, train))
         if self.relift:
             y = _scale_layers().ScaleMaxProjection()(x_n)
             y = spec.conv(inner, self.stride, None, "conv1", lift=True)(y)
@@ -446,6 +451,7 @@ class WideResNet(nn.Module):
                     dropout=self.dropout,
                     trivial_out=trivial,
                     relift=bool(self.relift[s]) and b == 0 and self.family == "scale",
+                    in_group=groups[s - 1] if s and b == 0 else None,
                     name=f"block{s + 1}_{b + 1}",
                 )(x, train)
         feats = self._head(x, train)
