@@ -155,6 +155,15 @@ def multistream(
     return c
 
 
+def triple_std(dataset: str, head: str = "map_e2", freeze_streams: bool = True):
+    """Table 4's control: a triple network of three standard WRNs (pooling heads) in the three
+    stream slots (``e2``, ``scale``, ``std`` are slot names; each holds a standard stream)."""
+    c = multistream(dataset, ("e2", "scale", "std"), head, freeze_streams=freeze_streams)
+    for slot in ("e2", "scale"):
+        c.streams[slot] = std(dataset)
+    return c
+
+
 def dual(dataset: str, head: str = "map_e2", constant_params: bool = False, **kw):
     return multistream(dataset, ("e2", "scale"), head, constant_params, **kw)
 
@@ -236,6 +245,7 @@ def _registry() -> dict:
     reg["stl10_triple_e2pool_scalepool"] = lambda: triple(
         "stl10", e2_head="pool", scale_head="pool"
     )
+    reg["stl10_triple_std"] = lambda: triple_std("stl10")
     reg["stl10_dual_star_end_to_end"] = lambda: dual("stl10", "map_e2", True, freeze_streams=False)
     for v in MNIST_VARIANTS:
         reg[f"mnist_{v}"] = lambda v=v: mnist(v)
