@@ -207,6 +207,9 @@ def mnist(variant: str = "ii_disco_ws"):
         c.n_pairs = 25  # pruned to 12 and 5 after 5 and 10 epochs
         c.dropout = 0.7  # Table 6
         c.bn_momentum = 0.9995  # Table 6: BatchNorm decay 5e-4
+    elif variant == "ii_disco_monomials_pointwise":
+        c = mnist("ii_disco_monomials")
+        c.monomial_placement = "pointwise"  # factors at one position: exactly scale-invariant
     else:
         raise ValueError(
             f"Scaled-MNIST variant {variant!r} is unknown: choose one of {MNIST_VARIANTS}"
@@ -214,7 +217,14 @@ def mnist(variant: str = "ii_disco_ws"):
     return c
 
 
-MNIST_VARIANTS = ("cnn", "ses", "disco", "ii_disco_ws", "ii_disco_monomials")
+MNIST_VARIANTS = (
+    "cnn",
+    "ses",
+    "disco",
+    "ii_disco_ws",
+    "ii_disco_monomials",
+    "ii_disco_monomials_pointwise",
+)
 
 
 # --------------------------------------------------------------------------- the registry

@@ -356,7 +356,10 @@ def mnist_features(e: Emitter, m, v, x: str, prefix: str = "") -> Features:
         mk = e.ws_weight_map(xc, params["ii"]["kernel"])
         return Features(g.emit("scale_ii", [xc], prefix + "ii", {"kernel": mk}), c)
     layer = iil.ScaleMonomialInvariantIntegration(
-        m.n_pairs, kernel_size=m.ii_kernel_size, seed=m.monomial_seed
+        m.n_pairs,
+        kernel_size=m.ii_kernel_size,
+        seed=m.monomial_seed,
+        placement=m.monomial_placement,
     )
     pairs = layer.pairs(c)
     mask = np.asarray(v[iil.MASK_COLLECTION]["ii"]["mask"], np.float64)
