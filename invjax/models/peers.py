@@ -9,7 +9,12 @@ summing ``p.numel()`` over its trainable parameters; nothing here is computed by
   current torch requires and which does not change any shape), with
   ``experiments/models/e2_wide_resnet.py`` of QUVA-Lab/e2cnn_experiments and its defaults
   ``F=1., sigma=0.45, fixparams=True, conv2triv=True``;
-* the plain WRN of the same repository, ``experiments/models/wide_resnet.py``.
+* the plain WRN of the same repository, ``experiments/models/wide_resnet.py``;
+* DISCO's STL-10 WRN, ``wrn_disco`` of ISosnovik/disco ``models/stl_disco_models.py`` with its
+  shipped basis ``precalculated_basis/size=5_eff_size=3_scales=[1.0, 1.41, 2.0].pt``.
+
+Known differences: the STL-10 scale stream has a 32-channel stem (the paper's Table 15) where
+DISCO's code has 16 (+0.19%).
 """
 
 from __future__ import annotations
@@ -26,4 +31,10 @@ PEER_COUNTS: dict[str, tuple[int, str]] = {
         6_421_518,
         "e2cnn_experiments Wide_ResNet(16, 4, 0.3, num_classes=10, N=8, r=-1, f=True)",
     ),
+    "stl10_e2_pool": (
+        11_957_234,
+        "e2cnn_experiments Wide_ResNet(16, 8, 0.3, num_classes=10, N=8, r=3, f=True, "
+        "initial_stride=2) (e2wrn16_8_stl: D8, D4, D1)",
+    ),
+    "stl10_scale_pool": (10_961_370, "DISCO wrn_disco(basis_save_dir) (WRN16-8, stem 16)"),
 }
