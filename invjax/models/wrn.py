@@ -28,20 +28,30 @@ Families
   'D1')`` for STL-10, with :class:`~invjax.layers.e2.Restrict` between stages (a channel
   relabelling). Widths by e2cnn's "fixparams" rule ``int(planes / |G| * sqrt(|G|))`` fields: 4 /
   40 / 113 / 226 for WRN28-10 with D8, D4, D4. The last convolution of stage 3 (and its 1x1
-  shortcut) maps to *trivial* fields of the baseline width ``64k`` (640 for WRN28-10, 256 for
-  WRN16-4, 512 for WRN16-8), as the paper reduces e2cnn's ``64k sqrt(|G|)``. BatchNorm shares
-  statistics within each field (:class:`~invjax.layers.e2.E2BatchNorm`). E(2)-II integrates over
+  shortcut) maps to *trivial* fields: the baseline width ``64k`` (``e2_out_width='baseline'``:
+  640 for WRN28-10, 256 for WRN16-4, 512 for WRN16-8; the paper's E(2)-II tables) or e2cnn's
+  ``int(64k sqrt(|G|))`` (``'e2cnn'``, its ``conv2triv``). BatchNorm shares statistics within
+  each field (:class:`~invjax.layers.e2.E2BatchNorm`); the first one after a restriction over the
+  larger group's fields, as e2cnn. The basis: ``e2_frequency_cutoff`` and ``e2_sigma`` of
+  :mod:`invjax.bases.e2` (None: ``R2Conv``'s defaults; the paper's configs use e2cnn_experiments'
+  ``F=1, sigma=0.45``, which makes every pooling row's count equal to e2cnn's). E(2)-II integrates over
   ``ii_group`` (default: the last stage's group; D8 for SVHN, D4 for CIFAR-10, D1 for STL-10).
   The network is then exactly invariant (float32 rounding) to every 90-degree rotation and flip
   that this group contains, on any square input whose sizes stay even at every stride-2 layer or
-  odd throughout: :func:`invjax.ops.conv.conv2d` folds a 2x2 box into stride-2 kernels on even
+  odd throughout, with a grid-symmetric downsampling rule (``symmetric``, the E(2) default, or
+  ``maxpool``): :func:`invjax.ops.conv.conv2d` folds a 2x2 box into stride-2 kernels on even
   grids so that the kept samples stay symmetric about the image centre.
+
+Downsampling (``downsample``, None = the family's peer rule :data:`DEFAULT_DOWNSAMPLE`):
+``strided`` (plain stride 2: the WRN paper's and e2cnn's own; not symmetric on even grids),
+``symmetric`` (the box rule above) or ``maxpool`` (stride-1 convolution + 2x2 max pool: DISCO's).
+Defaults: std ``strided``, scale ``maxpool``, e2 ``symmetric``.
   ``family='scale'``: features ``[B, H, W, S, C]``. Stem ``ScaleLiftConv``, blocks
   ``ScaleConv`` with ``scale_size=1`` (kernel 5, effective size 3, scales ``(1, sqrt 2, 2)`` as
   DISCO's STL-10 WRN), scale-shared BatchNorm, 1x1 shortcuts shared over scales; with
   ``relift[s]`` the first block of stage ``s`` max-projects and lifts again (DISCO's
-  ``pools=[False, True, True]``). Stride 2 uses :func:`conv2d`'s rule (DISCO max-pools after a
-  stride-1 convolution instead). Final: scale max projection -> BN -> ReLU (DISCO's order) ->
+  ``pools=[False, True, True]``). Stride 2 by default as DISCO: a stride-1 convolution and a 2x2
+  max pool (conv1 and the shortcut). Final: scale max projection -> BN -> ReLU (DISCO's order) ->
   Scale-II WS -> BatchNorm (the paper: "to stabilize the gradients through the division") or
   average pooling.
 
