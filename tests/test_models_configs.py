@@ -17,7 +17,7 @@ import pytest
 from invjax.models import build
 from invjax.models.__main__ import input_shape_for, main
 from invjax.models.common import count_params
-from invjax.models.peers import PEER_COUNTS
+from invjax.models.peers import PEER_COUNTS, PEER_COUNTS_NARROW
 
 MODELS = runpy.run_path(str(pathlib.Path(__file__).parents[1] / "configs" / "models.py"))
 NAMES = sorted(MODELS["MODELS"])
@@ -112,6 +112,16 @@ def test_help_names_both_kinds(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "configs/models.py" in out and "cifar10_triple" in out and "--all" in out
+
+
+@pytest.mark.parametrize("name,k", sorted(PEER_COUNTS_NARROW))
+def test_parameter_parity_at_narrow_widths(name, k):
+    """e2cnn's CIFAR-10 E(2) WRN28 (D8, D4, D4) at widen factors 1, 2: equal counts."""
+    cfg = MODELS["get"](name)
+    cfg.widen_factor = k
+    x = jax.ShapeDtypeStruct((1,) + input_shape_for(name), jnp.float32)
+    variables = jax.eval_shape(lambda z: build(cfg).init(jax.random.PRNGKey(0), z), x)
+    assert count_params(variables["params"]) == PEER_COUNTS_NARROW[(name, k)][0]
 
 
 @pytest.mark.parametrize("name", sorted(PEER_COUNTS))

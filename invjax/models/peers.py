@@ -13,6 +13,12 @@ summing ``p.numel()`` over its trainable parameters; nothing here is computed by
 * DISCO's STL-10 WRN, ``wrn_disco`` of ISosnovik/disco ``models/stl_disco_models.py`` with its
   shipped basis ``precalculated_basis/size=5_eff_size=3_scales=[1.0, 1.41, 2.0].pt``.
 
+e2cnn's CIFAR-10 WRN28-10 (``Wide_ResNet(28, 10, 0.3, N=8, r=1)``, D8, D4, D4) was not
+measured: building it took over 13 GB and 40 minutes on the 2-core development machine and was
+stopped. The same network at widen factors 1 and 2 was measured instead
+(:data:`PEER_COUNTS_NARROW`); invjax's ``cifar10_e2_pool`` at those widths equals them, and its
+WRN28-10 count (35,351,974) follows from the same rules.
+
 Known differences: the STL-10 scale stream has a 32-channel stem (the paper's Table 15) where
 DISCO's code has 16 (+0.19%).
 """
@@ -37,4 +43,17 @@ PEER_COUNTS: dict[str, tuple[int, str]] = {
         "initial_stride=2) (e2wrn16_8_stl: D8, D4, D1)",
     ),
     "stl10_scale_pool": (10_961_370, "DISCO wrn_disco(basis_save_dir) (WRN16-8, stem 16)"),
+}
+
+# (name, widen_factor) -> (count, constructor): the peer network at a smaller width, where the
+# full one was too large to build here.
+PEER_COUNTS_NARROW: dict[tuple[str, int], tuple[int, str]] = {
+    ("cifar10_e2_pool", 1): (
+        345_660,
+        "e2cnn_experiments Wide_ResNet(28, 1, 0.3, num_classes=10, N=8, r=1, f=True)",
+    ),
+    ("cifar10_e2_pool", 2): (
+        1_405_182,
+        "e2cnn_experiments Wide_ResNet(28, 2, 0.3, num_classes=10, N=8, r=1, f=True)",
+    ),
 }
