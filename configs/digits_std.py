@@ -34,6 +34,9 @@ def stream(family: str, head: str = "ii") -> ml_collections.ConfigDict:
     c.width_divisor = 1.0
     c.ii_kernel_size = 3
     c.num_classes = 10
+    # The peers' downsampling per family (invjax.models.wrn.DEFAULT_DOWNSAMPLE); override with
+    # --config.model.downsample=symmetric|strided|maxpool (README: the measured effect).
+    c.downsample = {"std": "strided", "e2": "symmetric", "scale": "maxpool"}[family]
     if family == "e2":
         # D4 in the first stages, flips only at the end: digits are not rotation invariant
         # (6 / 9), so the network is exactly invariant to horizontal flips only (as STL-10's).

@@ -59,6 +59,8 @@ DROPOUT = {
 BASELINE_DROPOUT = 0.3  # e2cnn's and DISCO's WRNs (the pooling rows)
 DISCO_SCALES = (1.0, math.sqrt(2.0), 2.0)  # DISCO's STL-10 WRN: [1, 1.41, 2], kernel 5, eff. 3
 STREAM_DIVISOR = {"dualstar": math.sqrt(2.0), "triplestar": math.sqrt(3.0)}
+DOWNSAMPLE = {"std": "strided", "e2": "symmetric", "scale": "maxpool"}
+E2_BASIS = {"frequency_cutoff": 1.0, "sigma": 0.45}  # invjax.bases.e2.E2CNN_EXPERIMENTS
 
 
 def _check_dataset(dataset: str) -> None:
@@ -83,10 +85,18 @@ def wrn(dataset: str, family: str, head: str = "ii", width_divisor: float = 1.0)
     c.dropout = DROPOUT.get((dataset, key), BASELINE_DROPOUT)
     c.stem_width = 16
     c.ii_kernel_size = 3
+    # The peers' downsampling (invjax.models.wrn.DEFAULT_DOWNSAMPLE): strided convolutions in the
+    # WRN baselines, DISCO's stride 1 + 2x2 max pool, the grid-symmetric box rule for E(2).
+    c.downsample = DOWNSAMPLE[family]
     if family == "e2":
         c.groups = groups
         c.ii_group = groups[-1]  # D8 (SVHN), D4 (CIFAR-10), D1 = flips (STL-10)
         c.ii_interpolation = "bilinear"
+        # e2cnn_experiments' basis (--F=1. --sigma=0.45); the pooling rows are e2cnn's networks
+        # (last block to int(64k sqrt|G|) trivial fields), the II rows keep the baseline's 64k.
+        c.e2_frequency_cutoff = E2_BASIS["frequency_cutoff"]
+        c.e2_sigma = E2_BASIS["sigma"]
+        c.e2_out_width = "e2cnn" if head == "pool" else "baseline"
     if family == "scale":
         c.scales = DISCO_SCALES
         c.scale_kernel_size = 5
@@ -145,6 +155,15 @@ def multistream(
     return c
 
 
+def triple_std(dataset: str, head: str = "map_e2", freeze_streams: bool = True):
+    """Table 4's control: a triple network of three standard WRNs (pooling heads) in the three
+    stream slots (``e2``, ``scale``, ``std`` are slot names; each holds a standard stream)."""
+    c = multistream(dataset, ("e2", "scale", "std"), head, freeze_streams=freeze_streams)
+    for slot in ("e2", "scale"):
+        c.streams[slot] = std(dataset)
+    return c
+
+
 def dual(dataset: str, head: str = "map_e2", constant_params: bool = False, **kw):
     return multistream(dataset, ("e2", "scale"), head, constant_params, **kw)
 
@@ -188,6 +207,9 @@ def mnist(variant: str = "ii_disco_ws"):
         c.n_pairs = 25  # pruned to 12 and 5 after 5 and 10 epochs
         c.dropout = 0.7  # Table 6
         c.bn_momentum = 0.9995  # Table 6: BatchNorm decay 5e-4
+    elif variant == "ii_disco_monomials_pointwise":
+        c = mnist("ii_disco_monomials")
+        c.monomial_placement = "pointwise"  # factors at one position: exactly scale-invariant
     else:
         raise ValueError(
             f"Scaled-MNIST variant {variant!r} is unknown: choose one of {MNIST_VARIANTS}"
@@ -195,7 +217,14 @@ def mnist(variant: str = "ii_disco_ws"):
     return c
 
 
-MNIST_VARIANTS = ("cnn", "ses", "disco", "ii_disco_ws", "ii_disco_monomials")
+MNIST_VARIANTS = (
+    "cnn",
+    "ses",
+    "disco",
+    "ii_disco_ws",
+    "ii_disco_monomials",
+    "ii_disco_monomials_pointwise",
+)
 
 
 # --------------------------------------------------------------------------- the registry
@@ -226,6 +255,7 @@ def _registry() -> dict:
     reg["stl10_triple_e2pool_scalepool"] = lambda: triple(
         "stl10", e2_head="pool", scale_head="pool"
     )
+    reg["stl10_triple_std"] = lambda: triple_std("stl10")
     reg["stl10_dual_star_end_to_end"] = lambda: dual("stl10", "map_e2", True, freeze_streams=False)
     for v in MNIST_VARIANTS:
         reg[f"mnist_{v}"] = lambda v=v: mnist(v)

@@ -201,7 +201,9 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     experiment and can be reused through ``config.phase1.<name>.workdir``.
     """
     c = ml_collections.ConfigDict()
-    c.seed = config.seed
+    # seed_offset: streams of one family in several slots (Table 4's three standard streams)
+    # must not be the same run.
+    c.seed = config.seed + int(config.phase1[name].get("seed_offset", 0) or 0)
     c.multi_host = config.get("multi_host", False)
     c.precision = config.get("precision", "default")
     c.eval_precision = config.get("eval_precision", "highest")

@@ -84,7 +84,11 @@ TABLE1_ROWS: tuple[str, ...] = (
     "Mixed Pooling",
     "Scale-II Monomials",
     "Scale-II WS",
+    "Scale-II Monomials (pointwise)",
 )
+"""The paper's four rows, then invjax's exactly scale-invariant monomials (every factor at one
+position, :func:`invjax.ops.ii.draw_monomial_pairs`); that row needs two or more channels, so it
+has only the ``CNN`` column (on a one-channel image every pointwise pair is the constant 1)."""
 TABLE1_COLUMNS: tuple[str, ...] = ("Input", "Input x2", "CNN")
 TABLE1_COLUMN_FLAGS: dict[str, str] = {"input": "Input", "input_x2": "Input x2", "cnn": "CNN"}
 """``--columns`` tokens -> column names (``Input x2``: the x2 upsampled 56 x 56 input)."""
@@ -230,12 +234,17 @@ def table1_layers(n_channels: int) -> dict[str, nn.Module]:
     """The four rows of Table 1 as :mod:`invjax.layers.ii` modules for ``n_channels`` inputs."""
     from invjax.layers import ii as L
 
-    return {
+    layers = {
         "Average Pooling": L.AveragePooling(),
         "Mixed Pooling": L.MixedPooling(),
         "Scale-II Monomials": L.ScaleMonomialInvariantIntegration(),
         "Scale-II WS": L.ScaleInvariantIntegration(n_channels),
     }
+    if n_channels >= 2:
+        layers["Scale-II Monomials (pointwise)"] = L.ScaleMonomialInvariantIntegration(
+            placement="pointwise"
+        )
+    return layers
 
 
 def table1_images(n_samples: int = TABLE1_SAMPLES, seed: int = TABLE1_SEED) -> np.ndarray:
@@ -345,19 +354,20 @@ def table1(*args, statistic: str = "mean", **kwargs) -> dict[str, dict[str, floa
 
 def format_table1(result: dict[str, dict[str, float]]) -> str:
     cols = [c for c in TABLE1_COLUMNS if any(c in result[r] for r in result)]
-    head = f"{'Layer':<20}" + "".join(
+    head = f"{'Layer':<31}" + "".join(
         f"{c + ' (ours)':>16}"
         + (f"{c + ' (paper)':>15}" if c in PAPER_TABLE1[TABLE1_ROWS[0]] else "")
         for c in cols
     )
     lines = [head, "-" * len(head)]
     for row in TABLE1_ROWS:
+        paper = PAPER_TABLE1.get(row, {})
         cells = "".join(
-            f"{result[row].get(c, float('nan')):>16.3g}"
-            + (f"{PAPER_TABLE1[row][c]:>15.3g}" if c in PAPER_TABLE1[row] else "")
+            f"{result.get(row, {}).get(c, float('nan')):>16.3g}"
+            + (f"{paper.get(c, float('nan')):>15.3g}" if c in PAPER_TABLE1[TABLE1_ROWS[0]] else "")
             for c in cols
         )
-        lines.append(f"{row:<20}{cells}")
+        lines.append(f"{row:<31}{cells}")
     return "\n".join(lines)
 
 

@@ -54,6 +54,8 @@ def test_every_experiment_of_the_paper_has_a_config():
     for v in ("e2pool", "scalepool", "e2pool_scalepool"):  # Table 4
         assert f"stl10_triple_{v}" in NAMES
     assert "stl10_dual_star_end_to_end" in NAMES  # appendix A.2
+    assert "stl10_triple_std" in NAMES  # Section 5: three standard streams
+    assert "stl10_std_rot90_scale_aug" in NAMES  # Section 5: augmentation instead of invariance
     for v in ("std", "e2", "scale", "dual", "triple"):  # offline
         assert f"digits_{v}" in NAMES
 
@@ -207,3 +209,43 @@ def test_heads_ablation_is_an_override():
         models.build(tiny(c.model))  # a valid head for the triple stream
         trainable = experiment.head_config(c, "/tmp/w").train.trainable
         assert trainable == (("classifier",) if head == "concat" else ("head", "classifier"))
+
+
+def test_three_standard_streams_are_three_runs():
+    """Table 4's control: standard WRNs in all three slots, phase-1 seeds 0, 1, 2 (not one run
+    three times), each the ``stl10_std`` experiment otherwise."""
+    config = get("stl10_triple_std")
+    own = get("stl10_std")
+    seeds = set()
+    for slot in ("e2", "scale", "std"):
+        assert config.model.streams[slot].family == "std"
+        phase1 = experiment.stream_config(config, slot)
+        seeds.add(phase1.seed)
+        a, b = train._flat_config(phase1), train._flat_config(own)
+        assert {k for k in set(a) | set(b) if a.get(k) != b.get(k)} <= {"seed"}
+    assert seeds == {config.seed, config.seed + 1, config.seed + 2}
+
+
+def test_rot90_scale_augmentation_row():
+    from invjax.data import augment
+
+    config = get("stl10_std_rot90_scale_aug")
+    assert data.check_config(config.data)["augment"] == "crop_flip_cutout_rot90_scale"
+    assert config.train.to_dict() == get("stl10_std").train.to_dict()
+    x = jnp.broadcast_to(jnp.arange(96.0)[None, :, None, None], (4, 96, 96, 3)) / 96.0
+    y = augment.apply("crop_flip_cutout_rot90_scale", jax.random.PRNGKey(3), x)
+    chex.assert_shape(y, x.shape)
+    assert bool(jnp.isfinite(y).all()) and not bool(jnp.allclose(y, x))
+
+
+def test_e2cnn_rows_use_e2cnn_schedule():
+    """cifar10_e2 is e2cnn's network with e2cnn's recipe: x0.2 after 60, 120 and 180 epochs."""
+    tc = get("cifar10_e2").train
+    assert (tc.num_epochs, tuple(tc.lr_boundaries), tc.lr_decay_factor) == (
+        200,
+        (60, 120, 180),
+        0.2,
+    )
+    m = get("cifar10_e2").model
+    assert (m.e2_frequency_cutoff, m.e2_sigma, m.e2_out_width) == (1.0, 0.45, "e2cnn")
+    assert get("cifar10_e2_ii").model.e2_out_width == "baseline"

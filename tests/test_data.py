@@ -194,3 +194,48 @@ def test_check_images_names_the_wrong_shape():
         data.check_images(np.zeros((2, 28, 28, 3)), (32, 32, 3))
     with pytest.raises(ValueError, match=r"4-D batch.*add a batch axis"):
         data.check_images(np.zeros((32, 32, 3)), (32, 32, 3))
+
+
+# SVHN's (svhn_cropped) training labels per class 0..9: class "9" has 4,659 images.
+SVHN_TRAIN_COUNTS = (4948, 13861, 10585, 8497, 7458, 6882, 5727, 5595, 5045, 4659)
+
+
+def test_stratified_subset_draws_svhn_50k_with_its_priors():
+    """N_t = 50,000 on SVHN (a size of the paper) has no equal-count subset; the stratified one
+    keeps the training priors to one image per class."""
+    labels = np.repeat(np.arange(10), SVHN_TRAIN_COUNTS)
+    pool, _ = subsets.validation_split(labels, 0.2, seed=0)  # the 80:20 split: 58,606 left
+    pool_labels = labels[pool]
+    with pytest.raises(ValueError, match="largest class-balanced n_train"):
+        subsets.balanced_subset(pool_labels, 50_000, 10, seed=0)
+    idx = subsets.stratified_subset(pool_labels, 50_000, 10, seed=0)
+    chex.assert_shape(idx, (50_000,))
+    assert len(np.unique(idx)) == 50_000
+    got = np.bincount(pool_labels[idx], minlength=10)
+    want = np.bincount(pool_labels, minlength=10) * 50_000 / len(pool_labels)
+    assert np.abs(got - want).max() < 1.0
+    np.testing.assert_array_equal(idx, subsets.stratified_subset(pool_labels, 50_000, 10, 0))
+    assert not np.array_equal(idx, subsets.stratified_subset(pool_labels, 50_000, 10, 1))
+    with pytest.raises(ValueError, match="larger than the training pool of 58606"):
+        subsets.stratified_subset(pool_labels, 60_000, 10, seed=0)
+
+
+def test_stratified_equals_balanced_on_a_balanced_pool():
+    labels = np.repeat(np.arange(10), 40)
+    np.testing.assert_array_equal(
+        subsets.stratified_subset(labels, 100, 10, seed=3),
+        subsets.balanced_subset(labels, 100, 10, seed=3),
+    )
+
+
+def test_subset_kind_is_chosen_per_dataset_and_checked():
+    assert data.datasets.check_config(cfg(name="svhn_cropped", n_train=50_000))["subset"] == (
+        "stratified"
+    )
+    assert data.datasets.check_config(cfg(name="cifar10", n_train=100))["subset"] == "balanced"
+    with pytest.raises(ValueError, match=r"unknown subset kind 'equal' \(data.subset\)"):
+        data.datasets.check_config(cfg(name="digits", subset="equal"))
+    # stratified sizes need not be multiples of the classes
+    d = data.load(cfg(name="digits", n_train=105, subset="stratified", seed=2))
+    assert len(d.train) == 105
+    assert np.bincount(d.train.labels, minlength=10).min() >= 9

@@ -154,7 +154,7 @@ def test_wrn_export_matches_model(case, photos16, photo_batch):
 def test_wrn_odd_grid_and_stride_rule(photo_batch):
     """15x15 input: stride 2 without the box (odd), then with it (8x8 is even)."""
     x = jnp.asarray(photo_batch)[:, 8:23, 8:23]
-    err, ex, _ = check(tiny_wrn("std", head="ii"), x)
+    err, ex, _ = check(tiny_wrn("std", head="ii", downsample="symmetric"), x)
     assert err < BOUND, err
     kernels = {
         op.name: ex.arrays[f"{op.name}/kernel"].shape for op in ex.program if op.kind == "conv"
@@ -165,6 +165,16 @@ def test_wrn_odd_grid_and_stride_rule(photo_batch):
     # BatchNorm of blocks 1_1 and 2_1 (whose input is that sum) stay affine; the other 5 fold.
     affines = [op.name for op in ex.program if op.kind == "affine"]
     assert affines == ["block1_1/bn1", "block2_1/bn1"], affines
+
+
+@pytest.mark.parametrize("family,rule", [("std", "strided"), ("std", "maxpool"), ("e2", "strided")])
+def test_wrn_downsampling_rules_export(family, rule, photo_batch):
+    """The peers' rules (plain stride; stride 1 + 2x2 max pool) are mirrored by the export."""
+    x = jnp.asarray(photo_batch)
+    err, ex, _ = check(tiny_wrn(family, head="pool", downsample=rule, groups=("C4",) * 3), x)
+    assert err < BOUND, err
+    pools = [op.name for op in ex.program if op.kind == "max_pool"]
+    assert bool(pools) == (rule == "maxpool"), pools
 
 
 def test_e2_export_has_only_dense_kernels(photo_batch):

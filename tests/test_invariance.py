@@ -70,7 +70,9 @@ def test_table1_small(digit_images):
     assert set(terms) == set(I.TABLE1_ROWS)
     res = I.aggregate(terms, "mean")
     for row in I.TABLE1_ROWS:
-        assert set(res[row]) == {"Input", "Input x2", "CNN"}
+        # the pointwise monomials need two channels: only the CNN column has them
+        want = {"CNN"} if row.endswith("(pointwise)") else {"Input", "Input x2", "CNN"}
+        assert set(res[row]) == want
         assert all(np.isfinite(v) for v in res[row].values()), row
     # measured: Input avg 0.228, mixed 0.160, monomials 1.9e19 (tiny shrunk digits leave some
     # monomials without support, see the module docstring), WS 2.0e-11; CNN avg 0.057,
@@ -120,6 +122,7 @@ def test_cli_table1_json(capsys):
     out = json.loads(capsys.readouterr().out)
     for key in ("table1", "table1_median", "table1_pooled"):
         assert set(out[key]) == set(I.TABLE1_ROWS)
+        assert out[key]["Scale-II Monomials (pointwise)"] == {}  # one channel: undefined
         assert set(out[key]["Scale-II WS"]) == {"Input", "Input x2"}
     assert out["paper"]["Scale-II WS"]["CNN"] == 5.94e-3
     assert out["n_samples"] == 3 and len(out["scales"]) == 11 and out["wall_s"] > 0

@@ -17,6 +17,7 @@ import pytest
 from invjax.models import build
 from invjax.models.__main__ import input_shape_for, main
 from invjax.models.common import count_params
+from invjax.models.peers import PEER_COUNTS, PEER_COUNTS_NARROW
 
 MODELS = runpy.run_path(str(pathlib.Path(__file__).parents[1] / "configs" / "models.py"))
 NAMES = sorted(MODELS["MODELS"])
@@ -89,6 +90,45 @@ def test_parameter_table_command(capsys):
     assert "block3_2/conv2" in out and "svhn_std: params=2748890" in out
 
 
-def test_unknown_name_in_the_command():
-    with pytest.raises(ValueError, match="unknown model names"):
+def test_unknown_name_in_the_command(capsys):
+    with pytest.raises(SystemExit) as exc:
         main(["svhn_e3"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "'svhn_e3' is neither a model name nor a config name" in err
+    assert "cifar10_triple" in err and "svhn_e2_ii" in err  # names what is valid
+
+
+def test_config_names_are_accepted(capsys):
+    """The README's ``python -m invjax.models cifar10_triple`` (a config, not a model name)."""
+    assert main(["cifar10_triple"]) == 0
+    out = capsys.readouterr().out
+    assert "cifar10_triple: params=" in out and "e2 " in out and "std " in out
+
+
+def test_help_names_both_kinds(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "configs/models.py" in out and "cifar10_triple" in out and "--all" in out
+
+
+@pytest.mark.parametrize("name,k", sorted(PEER_COUNTS_NARROW))
+def test_parameter_parity_at_narrow_widths(name, k):
+    """e2cnn's CIFAR-10 E(2) WRN28 (D8, D4, D4) at widen factors 1, 2: equal counts."""
+    cfg = MODELS["get"](name)
+    cfg.widen_factor = k
+    x = jax.ShapeDtypeStruct((1,) + input_shape_for(name), jnp.float32)
+    variables = jax.eval_shape(lambda z: build(cfg).init(jax.random.PRNGKey(0), z), x)
+    assert count_params(variables["params"]) == PEER_COUNTS_NARROW[(name, k)][0]
+
+
+@pytest.mark.parametrize("name", sorted(PEER_COUNTS))
+def test_parameter_parity_with_the_peers(name):
+    """The rows without II are the peers' networks: counts measured in PyTorch (peers.py)."""
+    cfg = MODELS["get"](name)
+    x = jax.ShapeDtypeStruct((1,) + input_shape_for(name), jnp.float32)
+    variables = jax.eval_shape(lambda z: build(cfg).init(jax.random.PRNGKey(0), z), x)
+    ours, (theirs, _) = count_params(variables["params"]), PEER_COUNTS[name]
+    assert abs(ours - theirs) <= 0.01 * theirs, (ours, theirs)

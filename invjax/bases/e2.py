@@ -6,11 +6,30 @@ radius ``R``, angular frequency ``m`` and ``h_m`` one of ``1`` (m = 0), ``cos(m 
 exact for every angle: sampling is the only approximation, and for 90-degree rotations and flips
 the sampled transformed basis is the permuted sampled basis (the grid maps onto itself).
 
-Defaults follow e2cnn (QUVA-Lab/e2cnn, its ring basis): rings at radii ``0 .. (k-1)//2`` (times ``dilation``);
-``sigma`` 0.6 per ring, 0.4 on the outer ring, 0.005 at the centre; band limit per ring: 0 at the
-centre, 2 on the outer ring, ``min(2r, 2r - (r+1) % 2)`` in between. For k = 3 this gives 6
-functions, k = 5 gives 11, k = 7 gives 18. Functions are normalised to unit L2 norm on the grid;
-any whose norm is below ``1e-6`` before normalisation is dropped.
+The functions are the "free filter" form of e2cnn's ``R2Conv`` basis: a regular -> regular kernel
+is one band-limited filter per input group channel (``|G| B`` coefficients per pair of fields),
+a lifting or to-trivial kernel one filter (``B``). This spans the same kernel space as e2cnn's
+irrep-pair basis, so the coefficient counts agree (measured with e2cnn 0.2: ``F=1, sigma=0.45``
+gives 8 / 128 / 8 coefficients for D8 3x3 lift / regular / to-trivial, 21 / 336 / 21 for 5x5,
+1 / 16 / 1 for 1x1, and ``|G| B`` for D4, D1 and C8 alike).
+
+Settings (e2cnn's ``compute_basis_params``; every function below takes them as keywords):
+
+``rings``
+  Ring radii; default ``0, 1, ..., (k-1)//2`` (times ``dilation``).
+``sigma``
+  Ring width: one float for every ring (the centre ring included, as e2cnn does with a float),
+  or one per ring; default (``None``) e2cnn's per-ring rule: 0.6, 0.4 on the outer ring, 0.005
+  at the centre (times ``dilation``).
+``frequency_cutoff``
+  The band-limit rule. ``None``: ``R2Conv``'s default ("manual") rule, per ring 0 at the centre,
+  2 on the outer ring, ``min(2r, 2r - (r+1) % 2)`` in between (6 functions for 3x3, 11 for 5x5,
+  18 for 7x7). A float ``F``: ``|m| <= F pi r`` at radius ``r``, which is what e2cnn_experiments
+  runs (``--F=1.`` is passed to ``R2Conv`` as ``frequencies_cutoff = F pi``): with ``F = 1`` and
+  ``sigma = 0.45`` (:data:`E2CNN_EXPERIMENTS`) 8 functions for 3x3, 21 for 5x5, 1 for 1x1.
+
+Functions are normalised to unit L2 norm on the grid; any whose norm is below ``1e-6`` before
+normalisation is dropped (e2cnn drops the ones that vanish on the grid).
 
 ``transformed_basis(group, k)`` returns ``Phi[g, b] = phi_b(g^-1 p)`` of shape ``[|G|, B, K, K]``
 (``K = dilation * (k - 1) + 1``), float64, cached and read-only. The E(2) convolutions expand
@@ -21,18 +40,22 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from invjax.groups import Group, parse_group, plane_coordinates
 
+#: e2cnn_experiments' basis (``--F=1. --sigma=0.45`` in every E(2)-WRN run): the paper's configs.
+E2CNN_EXPERIMENTS = {"frequency_cutoff": 1.0, "sigma": 0.45}
+
 
 def default_max_frequency(ring: int, outer: int) -> int:
-    """e2cnn's band limit for ring ``ring`` of a kernel whose outer ring is ``outer``."""
+    """e2cnn's default ("manual") band limit for ring ``ring`` of a kernel whose outer ring is ``outer``."""
     if ring == 0:
         return 0
     if ring == outer:
-        return 2
+        return min(2 * ring, 2)
     return min(2 * ring, 2 * ring - (ring + 1) % 2)
 
 
@@ -50,20 +73,77 @@ def check_kernel_size(kernel_size: int) -> None:
         )
 
 
-@functools.cache
-def basis_spec(kernel_size: int, dilation: int = 1) -> tuple[tuple[float, float, int, int], ...]:
-    """The basis as ``(radius, sigma, frequency, phase)`` rows; phase 0 = cos (or constant), 1 = sin."""
+def _as_tuple(v):
+    return tuple(float(a) for a in v) if isinstance(v, Sequence | np.ndarray) else v
+
+
+def check_settings(kernel_size: int, dilation: int, frequency_cutoff, sigma, rings) -> None:
+    """One ValueError naming the bad basis setting and what is valid."""
     check_kernel_size(kernel_size)
-    if dilation < 1:
-        raise ValueError(f"dilation={dilation} is invalid: it must be an integer >= 1")
+    if not isinstance(dilation, int | np.integer) or dilation < 1:
+        raise ValueError(f"dilation={dilation!r} is invalid: it must be an integer >= 1")
+    if frequency_cutoff is not None and not (
+        isinstance(frequency_cutoff, int | float) and frequency_cutoff > 0
+    ):
+        raise ValueError(
+            f"frequency_cutoff={frequency_cutoff!r} is invalid: give None (e2cnn's default rule) "
+            "or a number F > 0 (max frequency F pi r at radius r; e2cnn_experiments uses 1.0)"
+        )
+    max_radius = dilation * (kernel_size - 1) / 2.0 * math.sqrt(2.0)
+    n_rings = len(rings) if rings is not None else (kernel_size - 1) // 2 + 1
+    if rings is not None and (
+        not rings or any(not (0.0 <= float(r) <= max_radius + 1e-12) for r in rings)
+    ):
+        raise ValueError(
+            f"rings={rings!r} is invalid: give radii in [0, {max_radius:.3f}] for a "
+            f"{kernel_size}x{kernel_size} kernel (dilation {dilation}), or None for e2cnn's"
+        )
+    sig = sigma if isinstance(sigma, tuple) else (sigma,) * n_rings
+    if sigma is not None and (len(sig) != n_rings or any(not float(v) > 0 for v in sig)):
+        raise ValueError(
+            f"sigma={sigma!r} is invalid: give one number > 0 (every ring), one per ring "
+            f"({n_rings} rings), or None for e2cnn's per-ring default"
+        )
+
+
+@functools.cache
+def _basis_spec(kernel_size, dilation, frequency_cutoff, sigma, rings):
+    check_settings(kernel_size, dilation, frequency_cutoff, sigma, rings)
     outer = (kernel_size - 1) // 2
+    radii = rings if rings is not None else tuple(float(r * dilation) for r in range(outer + 1))
     rows = []
-    for ring in range(outer + 1):
-        sigma = default_sigma(ring, outer) * dilation
-        for m in range(default_max_frequency(ring, outer) + 1):
+    for i, radius in enumerate(radii):
+        r = radius / dilation  # in kernel taps, as e2cnn's manual rule reads it
+        if sigma is None:
+            # e2cnn: 0.6 per ring, 0.4 on the last, 0.005 where the radius is 0.
+            ring_sigma = (0.4 if i == len(radii) - 1 else 0.6) * dilation
+            if radius == 0.0:
+                ring_sigma = 0.005 * dilation
+        else:
+            ring_sigma = float(sigma[i] if isinstance(sigma, tuple) else sigma)
+        if frequency_cutoff is None:
+            if r == 0.0:
+                max_m = 0
+            else:
+                max_m = int(min(2 * r, 2 if r == outer else 2 * r - (r + 1) % 2))
+        else:
+            # e2cnn keeps |m| <= fco * radius with fco = F pi (radius in grid pixels).
+            max_m = int(math.floor(frequency_cutoff * math.pi * radius + 1e-9))
+        for m in range(max_m + 1):
             for phase in (0, 1) if m > 0 else (0,):
-                rows.append((float(ring * dilation), sigma, m, phase))
+                rows.append((float(radius), ring_sigma, m, phase))
     return tuple(rows)
+
+
+def basis_spec(
+    kernel_size: int,
+    dilation: int = 1,
+    frequency_cutoff: float | None = None,
+    sigma=None,
+    rings=None,
+) -> tuple[tuple[float, float, int, int], ...]:
+    """The basis as ``(radius, sigma, frequency, phase)`` rows; phase 0 = cos (or constant), 1 = sin."""
+    return _basis_spec(kernel_size, dilation, frequency_cutoff, _as_tuple(sigma), _as_tuple(rings))
 
 
 def evaluate(spec, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -82,26 +162,45 @@ def evaluate(spec, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 @functools.cache
-def _normaliser(kernel_size: int, dilation: int) -> tuple[np.ndarray, np.ndarray]:
+def _normaliser(
+    kernel_size: int, dilation: int, frequency_cutoff=None, sigma=None, rings=None
+) -> tuple[np.ndarray, np.ndarray]:
     """Indices of kept functions and their norms on the untransformed grid."""
     size = dilation * (kernel_size - 1) + 1
     x, y = plane_coordinates(size, size)
-    vals = evaluate(basis_spec(kernel_size, dilation), x, y)
+    vals = evaluate(basis_spec(kernel_size, dilation, frequency_cutoff, sigma, rings), x, y)
     norms = np.sqrt((vals**2).sum(axis=(1, 2)))
     keep = np.flatnonzero(norms > 1e-6)
     return keep, norms[keep]
 
 
-@functools.cache
-def transformed_basis(group: Group | str, kernel_size: int, dilation: int = 1) -> np.ndarray:
+def transformed_basis(
+    group: Group | str,
+    kernel_size: int,
+    dilation: int = 1,
+    frequency_cutoff: float | None = None,
+    sigma=None,
+    rings=None,
+) -> np.ndarray:
     """``Phi[g, b, i, j] = phi_b(g^-1 p_ij)``: ``[|G|, B, K, K]`` float64 (read-only, cached).
 
     For grid-exact elements (multiples of 90 degrees, flips) the sampled transformed function is
     taken as the permuted sample of the untransformed one, so the equality holds bit for bit.
     """
-    group = parse_group(group)
-    spec = basis_spec(kernel_size, dilation)
-    keep, norms = _normaliser(kernel_size, dilation)
+    return _transformed_basis(
+        parse_group(group),
+        kernel_size,
+        dilation,
+        frequency_cutoff,
+        _as_tuple(sigma),
+        _as_tuple(rings),
+    )
+
+
+@functools.cache
+def _transformed_basis(group, kernel_size, dilation, frequency_cutoff, sigma, rings):
+    spec = basis_spec(kernel_size, dilation, frequency_cutoff, sigma, rings)
+    keep, norms = _normaliser(kernel_size, dilation, frequency_cutoff, sigma, rings)
     size = dilation * (kernel_size - 1) + 1
     x, y = plane_coordinates(size, size)
     base = evaluate(spec, x, y)[keep] / norms[:, None, None]
@@ -121,18 +220,34 @@ def transformed_basis(group: Group | str, kernel_size: int, dilation: int = 1) -
     return out
 
 
-def num_basis(kernel_size: int, dilation: int = 1) -> int:
-    return len(_normaliser(kernel_size, dilation)[0])
+def cache_clear() -> None:
+    """Forget every cached basis (benchmarks time a cold build)."""
+    for fn in (_basis_spec, _normaliser, _transformed_basis):
+        fn.cache_clear()
+
+
+def num_basis(
+    kernel_size: int, dilation: int = 1, frequency_cutoff=None, sigma=None, rings=None
+) -> int:
+    sig, rng = _as_tuple(sigma), _as_tuple(rings)
+    return len(_normaliser(kernel_size, dilation, frequency_cutoff, sig, rng)[0])
 
 
 def effective_kernel_size(kernel_size: int, dilation: int = 1) -> int:
     return dilation * (kernel_size - 1) + 1
 
 
-def reference_basis(group: Group | str, kernel_size: int, dilation: int = 1) -> np.ndarray:
+def reference_basis(
+    group: Group | str,
+    kernel_size: int,
+    dilation: int = 1,
+    frequency_cutoff=None,
+    sigma=None,
+    rings=None,
+) -> np.ndarray:
     """Slow, obvious reference for tests: loops over every pixel and element, float64."""
     group = parse_group(group)
-    spec = basis_spec(kernel_size, dilation)
+    spec = basis_spec(kernel_size, dilation, frequency_cutoff, sigma, rings)
     size = effective_kernel_size(kernel_size, dilation)
     c = (size - 1) / 2.0
     raw = np.zeros((len(spec), size, size))

@@ -10,6 +10,9 @@ They run on the device inside the jitted train step: ``apply(name, rng, images)`
 ``crop_flip_cutout``  STL-10: zero-pad 12, random 96x96 crop, flip, then Cutout of one 32x32
                       square (SESN/DISCO's STL-10 loader: ``Cutout(1, 32)`` after normalisation;
                       e2cnn_experiments' STL-10 loader used 60 instead).
+``crop_flip_cutout_rot90_scale``  the paper's STL-10 ablation (Section 5): a random 90-degree
+                      rotation and a rescaling by ``s ~ U(0.25, 1)`` (bicubic, mean-colour fill),
+                      then ``crop_flip_cutout``.
 
 Fill values. The images are normalised, so 0 is the train-set mean colour: padding and Cutout
 write 0 (Cutout's own code also zeroes after normalisation; torchvision's padded crop pads black
@@ -27,7 +30,8 @@ import jax.numpy as jnp
 
 from invjax import groups
 
-AUGMENTATIONS = ("none", "scale", "crop_flip", "crop_flip_cutout")
+AUGMENTATIONS = ("none", "scale", "crop_flip", "crop_flip_cutout", "crop_flip_cutout_rot90_scale")
+ROT90_SCALE_RANGE = (0.25, 1.0)  # the STL-10 augmentation ablation of the paper
 SCALE_RANGE = (0.5, 2.0)  # Scaled-MNIST augmentation (SESN / DISCO, the paper's appendix)
 CROP_PAD = {"crop_flip": 4, "crop_flip_cutout": 12}
 CUTOUT_SIZE = 32  # STL-10, SESN / DISCO
@@ -132,6 +136,14 @@ def apply(name: str, rng, images):
     if name == "scale":
         s = jax.random.uniform(rng, (b,), images.dtype, *SCALE_RANGE)
         return scale_images(images, s, fill="border")
+    if name == "crop_flip_cutout_rot90_scale":
+        k_rot, k_scale, rng = jax.random.split(rng, 3)
+        quarter = jax.random.randint(k_rot, (b,), 0, 4)
+        turned = jnp.stack([jnp.rot90(images, q, axes=(1, 2)) for q in range(4)])  # square
+        images = jnp.take_along_axis(turned, quarter[None, :, None, None, None], axis=0)[0]
+        s = jax.random.uniform(k_scale, (b,), images.dtype, *ROT90_SCALE_RANGE)
+        images = scale_images(images, s, fill="zero")  # 0 = the mean colour (normalised)
+        name = "crop_flip_cutout"
     k_crop, k_flip, k_cut = jax.random.split(rng, 3)
     pad = CROP_PAD[name]
     shifts = jax.random.randint(k_crop, (b, 2), -pad, pad + 1)

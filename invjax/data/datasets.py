@@ -23,9 +23,14 @@ the validation split, drawn with a fixed seed so it is the same for every model 
 data are available for training, e.g. the paper's full-data rows (CIFAR-10 N_t = 50k) and
 Scaled-MNIST's N_t = 12k (its train and validation splits pooled).
 
-Limited training sets. ``n_train = N_t > 0`` keeps a class-balanced subset of N_t images of
-the training pool, drawn by ``seed`` (:func:`invjax.data.subsets.balanced_subset`): identical
-for every model given ``(seed, n_train)`` (and the realisation for Scaled-MNIST / digits).
+Limited training sets. ``n_train = N_t > 0`` keeps a subset of N_t images of the training pool,
+drawn by ``seed``: identical for every model given ``(seed, n_train)`` (and the realisation for
+Scaled-MNIST / digits). ``data.subset``: ``'balanced'`` (``N_t / 10`` per class,
+:func:`invjax.data.subsets.balanced_subset`) or ``'stratified'`` (the class priors of the
+training split, :func:`~invjax.data.subsets.stratified_subset`); ``'default'`` picks per dataset
+(:data:`DEFAULT_SUBSET`): stratified for SVHN, whose N_t = 50,000 (one of the paper's sizes)
+has no equal-count subset, balanced elsewhere (the paper: "sampled with constant class
+balance"; CIFAR-10 and STL-10 are balanced, so both kinds coincide there).
 
 Normalisation: per-channel ``mean`` and ``std`` of the (limited) training split in [0, 1]
 units; :func:`to_float` applies them.
@@ -53,6 +58,7 @@ DATASETS: dict[str, tuple[tuple[int, int, int], int, str]] = {
     "stl10": ((96, 96, 3), 10, "crop_flip_cutout"),
 }
 VAL_SPLIT_SEED = 0  # the 80:20 validation split is the same for every run
+DEFAULT_SUBSET = {"svhn_cropped": "stratified"}  # every other dataset: "balanced"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -104,6 +110,7 @@ def default_config():
             "val_fraction": 0.2,
             "data_dir": ml_collections.config_dict.placeholder(str),
             "augment": "default",
+            "subset": "default",
         }
     )
 
@@ -138,8 +145,23 @@ def check_config(cfg) -> dict:
         raise ValueError(f"seed={seed!r} is invalid (data.seed): it must be an integer >= 0")
     realisation = _get(cfg, "realisation", 0)
     realisation = scaled_mnist.check_realisation(realisation)
-    n_train = subsets.check_n_train(_get(cfg, "n_train", 0), num_classes)
+    subset = _get(cfg, "subset", "default")
+    subset = DEFAULT_SUBSET.get(name, "balanced") if subset in (None, "default") else subset
+    if subset not in subsets.SUBSET_KINDS:
+        raise ValueError(
+            f"unknown subset kind {subset!r} (data.subset): valid kinds are "
+            f"{['default', *subsets.SUBSET_KINDS]}"
+        )
+    n_train = _get(cfg, "n_train", 0)
+    if subset == "balanced":
+        n_train = subsets.check_n_train(n_train, num_classes)
+    elif isinstance(n_train, bool) or not isinstance(n_train, int | np.integer) or n_train < 0:
+        raise ValueError(
+            f"n_train={n_train!r} is invalid (data.n_train): it must be an integer >= 0 "
+            "(0 = the whole training set)"
+        )
     return {
+        "subset": subset,
         "name": name,
         "image_shape": shape,
         "num_classes": num_classes,
@@ -147,7 +169,7 @@ def check_config(cfg) -> dict:
         "val_fraction": float(val_fraction),
         "seed": int(seed),
         "realisation": realisation,
-        "n_train": n_train,
+        "n_train": int(n_train),
         "data_dir": _get(cfg, "data_dir", None),
     }
 
@@ -203,8 +225,8 @@ def load(cfg) -> Dataset:
     if opts["n_train"]:
         pool = len(train)
         try:
-            idx = subsets.balanced_subset(
-                train.labels, opts["n_train"], opts["num_classes"], opts["seed"]
+            idx = subsets.limited_subset(
+                opts["subset"], train.labels, opts["n_train"], opts["num_classes"], opts["seed"]
             )
         except ValueError as e:
             if opts["val_fraction"] > 0.0 and opts["n_train"] <= pool + len(val):

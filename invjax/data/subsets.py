@@ -1,4 +1,4 @@
-"""Deterministic splits, class-balanced limited training sets and epoch orders.
+"""Deterministic splits, limited training sets (equal-count or stratified) and epoch orders.
 
 Everything here is a pure function of its integer seeds (NumPy ``Generator`` streams), so a
 subset or an epoch's order is identical for every model, every run and a resumed run.
@@ -103,6 +103,59 @@ def balanced_subset(labels, n: int, num_classes: int, seed: int) -> np.ndarray:
         idx = np.flatnonzero(labels == c)
         chosen.append(idx[_rng(seed, c).permutation(len(idx))[:per_class]])
     return np.sort(np.concatenate(chosen))
+
+
+SUBSET_KINDS = ("balanced", "stratified")
+
+
+def prior_quota(counts, n: int) -> np.ndarray:
+    """Per-class sizes summing to ``n`` in proportion to ``counts`` (largest remainder rounding,
+    ties to the lower class index; no class above its count)."""
+    counts = np.asarray(counts, np.int64)
+    exact = counts * n / counts.sum()
+    quota = np.floor(exact).astype(np.int64)
+    order = np.argsort(-(exact - quota), kind="stable")
+    quota[order[: n - int(quota.sum())]] += 1
+    return np.minimum(quota, counts)  # n <= sum(counts) makes this a no-op; kept as a guard
+
+
+def stratified_subset(labels, n: int, num_classes: int, seed: int) -> np.ndarray:
+    """Indices of a limited training set with the class priors of ``labels``: class ``c`` gets
+    ``n * N_c / N`` samples (largest remainder rounding, so exactly ``n`` in all).
+
+    The equal-count :func:`balanced_subset` cannot draw SVHN's ``N_t = 50,000`` (class "9" has
+    4,659 training images); this one can, for every ``n`` up to the pool size, and small subsets
+    keep the test set's priors (where train and test share them). Per class the samples are the
+    front of the same permutation as :func:`balanced_subset` (drawn by ``(seed, class)``), so on
+    a class-balanced pool and ``n`` a multiple of the classes both give the same subset.
+    ``n = 0`` means all samples. Returns sorted indices.
+    """
+    labels = _check_labels(labels)
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+        raise ValueError(f"n_train={n!r} is invalid: it must be an integer >= 0 (0 = all)")
+    if n == 0:
+        return np.arange(len(labels))
+    if n > len(labels):
+        raise ValueError(
+            f"n_train={n} is larger than the training pool of {len(labels)} images: use at most "
+            f"{len(labels)} (or 0 for all of them)"
+        )
+    counts = np.bincount(labels, minlength=num_classes)
+    quota = prior_quota(counts, int(n))
+    chosen = []
+    for c in range(num_classes):
+        idx = np.flatnonzero(labels == c)
+        chosen.append(idx[_rng(seed, c).permutation(len(idx))[: quota[c]]])
+    return np.sort(np.concatenate(chosen))
+
+
+def limited_subset(kind: str, labels, n: int, num_classes: int, seed: int) -> np.ndarray:
+    """``kind`` ``'balanced'`` (equal count per class) or ``'stratified'`` (training priors)."""
+    if kind == "balanced":
+        return balanced_subset(labels, n, num_classes, seed)
+    if kind == "stratified":
+        return stratified_subset(labels, n, num_classes, seed)
+    raise ValueError(f"subset kind {kind!r} is unknown: choose one of {SUBSET_KINDS}")
 
 
 def check_n_train(n, num_classes: int) -> int:

@@ -63,8 +63,17 @@ class Emitter:
     def __init__(self, g: Graph):
         self.g = g
 
-    def conv(self, x: str, kernel, name: str, stride: int = 1, groups: int = 1, bias=None) -> str:
-        """The convolution :func:`invjax.ops.conv.conv2d` computes, with its box folded."""
+    def conv(
+        self,
+        x: str,
+        kernel,
+        name: str,
+        stride: int = 1,
+        groups: int = 1,
+        bias=None,
+        downsample: str = "symmetric",
+    ) -> str:
+        """The convolution :func:`invjax.ops.conv.conv2d` computes (its ``downsample`` rule)."""
         kernel = _np(kernel)
         k = kernel.shape[0]
         if kernel.shape[1] != k or k % 2 != 1:
@@ -73,7 +82,13 @@ class Emitter:
         if stride == 2 and (h % 2 == 0 or w % 2 == 0):
             if h % 2 != w % 2:
                 raise ValueError(f"{name}: stride 2 on a {h}x{w} grid: both even or both odd")
-            kernel = fold_box(kernel)
+            if downsample == "symmetric":
+                kernel = fold_box(kernel)
+            elif downsample == "maxpool":
+                y = self.conv(x, kernel, name, 1, groups, bias)
+                return self.g.emit(
+                    "max_pool", [y], name + "/pool", window=2, stride=2, padding=((0, 0), (0, 0))
+                )
         p = (k - 1) // 2
         params = {"kernel": kernel}
         if bias is not None:
@@ -136,6 +151,7 @@ def scale_conv(
     effective_size: int,
     scales,
     base_sigma=None,
+    downsample: str = "symmetric",
 ) -> str:
     """Scale lift (``kind='lift'``), scale conv (``'conv'``, ``scale_size = 1``) or the 1x1
     convolution shared over scales (``'shortcut'``) on flattened ``[B, H, W, S * C]`` maps."""
@@ -145,7 +161,8 @@ def scale_conv(
     n_scales = len(scales)
     if kind == "shortcut":
         # The same [C, F] kernel for every scale: a grouped conv with the kernel tiled S times.
-        return e.conv(x, np.tile(_np(p["kernel"]), (1, 1, 1, n_scales)), name, stride, n_scales)
+        kern = np.tile(_np(p["kernel"]), (1, 1, 1, n_scales))
+        return e.conv(x, kern, name, stride, n_scales, downsample=downsample)
     psi = np.asarray(
         scale_bases.basis(
             basis_kind, kernel_size, effective_size, tuple(float(s) for s in scales), base_sigma
@@ -155,13 +172,14 @@ def scale_conv(
     w = jnp.asarray(p["weight"], jnp.float32)
     bias = None if "bias" not in p else np.tile(_np(p["bias"]), n_scales)
     if kind == "lift":
-        return e.conv(x, scale_ops.expand_lift_kernel(w, jnp.asarray(psi)), name, stride, 1, bias)
+        kern = scale_ops.expand_lift_kernel(w, jnp.asarray(psi))
+        return e.conv(x, kern, name, stride, 1, bias, downsample)
     if w.shape[2] != 1:
         raise ValueError(
             f"{name}: scale_size={w.shape[2]} is not supported by export (the models use 1)"
         )
     kern = scale_ops.expand_scale_kernel(w, jnp.asarray(psi))
-    return e.conv(x, kern, name, stride, n_scales, bias)
+    return e.conv(x, kern, name, stride, n_scales, bias, downsample)
 
 
 def channel_major_rows(shape) -> np.ndarray:
@@ -191,9 +209,11 @@ def wrn_features(e: Emitter, m, v, x: str, prefix: str = "") -> Features:
             return e.batch_norm(x, p, s, name, repeat=G.parse_group(group).order)
         return e.batch_norm(x, p, s, name, tile=n_scales if fam == "scale" else 1)
 
+    rule = m.downsample_rule
+
     def conv(x, p, name, stride, group, kind):
         if fam == "std":
-            return e.conv(x, p["kernel"], name, stride, bias=p.get("bias"))
+            return e.conv(x, p["kernel"], name, stride, bias=p.get("bias"), downsample=rule)
         if fam == "scale":
             return scale_conv(
                 e,
@@ -206,18 +226,19 @@ def wrn_features(e: Emitter, m, v, x: str, prefix: str = "") -> Features:
                 m.scale_kernel_size,
                 m.scale_effective_size,
                 m.scales,
+                downsample=rule,
             )
         grp = G.parse_group(group)
         w = jnp.asarray(p["weight"], jnp.float32)
         k = {"lift": 5, "shortcut": 1}.get(kind) or e2_kernel_size(grp)
-        phi = e2_bases.transformed_basis(grp, k)
+        phi = e2_bases.transformed_basis(grp, k, 1, m.e2_frequency_cutoff, m.e2_sigma)
         if kind == "lift":
             kern = e2_ops.expand_lift(w, phi)
         elif w.ndim == 3:  # trivial (invariant) output fields
             kern = e2_ops.expand_to_trivial(w, phi)
         else:
             kern = e2_ops.expand_regular(w, phi, grp)
-        return e.conv(x, kern, name, stride)
+        return e.conv(x, kern, name, stride, downsample=rule)
 
     x = conv(x, params["stem"], f"{prefix}stem", 1, groups[0], "lift")
     n = m.blocks_per_stage
@@ -231,7 +252,8 @@ def wrn_features(e: Emitter, m, v, x: str, prefix: str = "") -> Features:
             bp, bs, name = params[blk], stats.get(blk, {}), f"{prefix}{blk}/"
             stride = (m.first_stride if s == 0 else 2) if b == 0 else 1
             relift = bool(m.relift[s]) and b == 0 and fam == "scale"
-            x_n = e.relu(bn(x, bp["bn1"], bs["bn1"], name + "bn1", groups[s]), name + "relu1")
+            in_group = groups[s - 1] if s and b == 0 else groups[s]  # as WRNBlock.in_group
+            x_n = e.relu(bn(x, bp["bn1"], bs["bn1"], name + "bn1", in_group), name + "relu1")
             if relift:
                 y = g.emit("scale_max", [x_n], name + "projection", scales=n_scales)
                 y = conv(y, bp["conv1"], name + "conv1", stride, None, "lift")
@@ -334,7 +356,10 @@ def mnist_features(e: Emitter, m, v, x: str, prefix: str = "") -> Features:
         mk = e.ws_weight_map(xc, params["ii"]["kernel"])
         return Features(g.emit("scale_ii", [xc], prefix + "ii", {"kernel": mk}), c)
     layer = iil.ScaleMonomialInvariantIntegration(
-        m.n_pairs, kernel_size=m.ii_kernel_size, seed=m.monomial_seed
+        m.n_pairs,
+        kernel_size=m.ii_kernel_size,
+        seed=m.monomial_seed,
+        placement=m.monomial_placement,
     )
     pairs = layer.pairs(c)
     mask = np.asarray(v[iil.MASK_COLLECTION]["ii"]["mask"], np.float64)

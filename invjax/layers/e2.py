@@ -6,7 +6,13 @@ the bases are float64 NumPy constants closed over at trace time.
 
 Initialisation: coefficients ~ N(0, 2 / (fan_in * B)) with ``fan_in`` the number of input
 channels and ``B`` the basis size, which gives the expanded filter He-normal variance
-(basis functions have unit norm).
+(basis functions have unit norm); e2cnn's generalised He init. (e2cnn_experiments runs
+``--deltaorth``, a delta-orthogonal init; not implemented here, see the README's differences.)
+
+Basis settings (``frequency_cutoff``, ``sigma``, ``rings``): those of
+:func:`invjax.bases.e2.transformed_basis`; the defaults are e2cnn's ``R2Conv`` defaults and
+:data:`invjax.bases.e2.E2CNN_EXPERIMENTS` are the values of e2cnn's experiments (the paper's
+configs). ``downsample``: the stride-2 rule of :func:`invjax.ops.conv.conv2d`.
 """
 
 from __future__ import annotations
@@ -55,16 +61,25 @@ class E2LiftConv(nn.Module):
     kernel_size: int = 3
     stride: int = 1
     dilation: int = 1
+    frequency_cutoff: float | None = None
+    sigma: float | tuple[float, ...] | None = None
+    rings: tuple[float, ...] | None = None
+    downsample: str = "symmetric"
+
+    def basis(self, g):
+        return e2_bases.transformed_basis(
+            g, self.kernel_size, self.dilation, self.frequency_cutoff, self.sigma, self.rings
+        )
 
     @nn.compact
     def __call__(self, x):
         g = parse_group(self.group)
         _check_features(self.features, "E2LiftConv")
         _check_channels(x, 1, "E2LiftConv")
-        phi = e2_bases.transformed_basis(g, self.kernel_size, self.dilation)
+        phi = self.basis(g)
         nb = phi.shape[1]
         w = self.param("weight", _he(x.shape[-1], nb), (x.shape[-1], self.features, nb))
-        return ops.lift_conv(x, w, phi, self.stride)
+        return ops.lift_conv(x, w, phi, self.stride, self.downsample)
 
 
 class E2Conv(nn.Module):
@@ -80,6 +95,15 @@ class E2Conv(nn.Module):
     stride: int = 1
     dilation: int = 1
     trivial_out: bool = False
+    frequency_cutoff: float | None = None
+    sigma: float | tuple[float, ...] | None = None
+    rings: tuple[float, ...] | None = None
+    downsample: str = "symmetric"
+
+    def basis(self, g):
+        return e2_bases.transformed_basis(
+            g, self.kernel_size, self.dilation, self.frequency_cutoff, self.sigma, self.rings
+        )
 
     @nn.compact
     def __call__(self, x):
@@ -87,14 +111,14 @@ class E2Conv(nn.Module):
         _check_features(self.features, "E2Conv")
         _check_channels(x, g.order, f"E2Conv({g.name})")
         ci = x.shape[-1] // g.order
-        phi = e2_bases.transformed_basis(g, self.kernel_size, self.dilation)
+        phi = self.basis(g)
         nb = phi.shape[1]
         init = _he(ci * g.order, nb)
         if self.trivial_out:
             w = self.param("weight", init, (ci, self.features, nb))
-            return ops.trivial_conv(x, w, phi, self.stride)
+            return ops.trivial_conv(x, w, phi, self.stride, self.downsample)
         w = self.param("weight", init, (ci, self.features, g.order, nb))
-        return ops.group_conv(x, w, phi, g, self.stride)
+        return ops.group_conv(x, w, phi, g, self.stride, self.downsample)
 
 
 class GroupPool(nn.Module):

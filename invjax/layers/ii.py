@@ -210,6 +210,10 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     exponents are normalised to the dividend's order. The input passes ``max(x, epsilon)``. The
     fast path is computed in log space. Pruned pairs (mask 0, collection ``ii_mask``) output 0.
 
+    ``placement``: ``'neighbourhood'`` (offsets in the ``k x k`` neighbourhood, the paper's
+    reading of eq. (6) after Rath et al.) or ``'pointwise'`` (all factors at one position,
+    channels only: the exactly scale-invariant variant; needs ``C_in >= 2``).
+
     Shapes: ``[B, H, W, C_in] -> [B, n_pairs]``.
     """
 
@@ -220,6 +224,7 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     epsilon: float = ops.DEFAULT_EPSILON
     seed: int = 0
     method: str = "fast"
+    placement: str = "neighbourhood"
 
     def pairs(self, n_channels: int) -> ops.MonomialPairs:
         return ops.draw_monomial_pairs(
@@ -229,6 +234,7 @@ class ScaleMonomialInvariantIntegration(nn.Module):
             self.kernel_size,
             self.max_exponent,
             self.seed,
+            self.placement,
         )
 
     @nn.compact

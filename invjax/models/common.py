@@ -20,7 +20,7 @@ he_normal = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
 
 
 class StdConv(nn.Module):
-    """A plain ``k x k`` convolution through :func:`conv2d` (the grid-symmetric stride rule).
+    """A plain ``k x k`` convolution through :func:`conv2d` (``downsample``: its stride-2 rule).
 
     Shapes: ``[B, H, W, C_in] -> [B, H', W', features]`` (``H' = ceil(H / stride)``).
     """
@@ -30,6 +30,7 @@ class StdConv(nn.Module):
     stride: int = 1
     use_bias: bool = False
     kernel_init: nn.initializers.Initializer = he_normal
+    downsample: str = "symmetric"
 
     @nn.compact
     def __call__(self, x):
@@ -37,7 +38,7 @@ class StdConv(nn.Module):
             raise ValueError(f"StdConv: expected NHWC input [B, H, W, C], got shape {x.shape}")
         k = self.kernel_size
         kernel = self.param("kernel", self.kernel_init, (k, k, x.shape[-1], self.features))
-        y = conv2d(x, kernel, self.stride)
+        y = conv2d(x, kernel, self.stride, downsample=self.downsample)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y

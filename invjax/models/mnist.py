@@ -91,6 +91,7 @@ class ScaledMNISTNet(nn.Module):
     ii_kernel_size: int = 3
     n_pairs: int = 25
     monomial_seed: int = 0
+    monomial_placement: str = "neighbourhood"  # or "pointwise" (exactly scale-invariant, eq. 6)
     width_divisor: float = 1.0
     use_bias: bool = True
 
@@ -200,7 +201,11 @@ class ScaledMNISTNet(nn.Module):
         if self.head == "ii":
             return iil.ScaleInvariantIntegration(c, self.ii_kernel_size, name="ii")(y, train)
         return iil.ScaleMonomialInvariantIntegration(
-            self.n_pairs, kernel_size=self.ii_kernel_size, seed=self.monomial_seed, name="ii"
+            self.n_pairs,
+            kernel_size=self.ii_kernel_size,
+            seed=self.monomial_seed,
+            placement=self.monomial_placement,
+            name="ii",
         )(y, train)
 
     def features(self, x, train: bool = False):
@@ -223,6 +228,7 @@ _FIELDS = (
     "ii_kernel_size",
     "n_pairs",
     "monomial_seed",
+    "monomial_placement",
     "width_divisor",
     "use_bias",
 )

@@ -28,20 +28,30 @@ Families
   'D1')`` for STL-10, with :class:`~invjax.layers.e2.Restrict` between stages (a channel
   relabelling). Widths by e2cnn's "fixparams" rule ``int(planes / |G| * sqrt(|G|))`` fields: 4 /
   40 / 113 / 226 for WRN28-10 with D8, D4, D4. The last convolution of stage 3 (and its 1x1
-  shortcut) maps to *trivial* fields of the baseline width ``64k`` (640 for WRN28-10, 256 for
-  WRN16-4, 512 for WRN16-8), as the paper reduces e2cnn's ``64k sqrt(|G|)``. BatchNorm shares
-  statistics within each field (:class:`~invjax.layers.e2.E2BatchNorm`). E(2)-II integrates over
+  shortcut) maps to *trivial* fields: the baseline width ``64k`` (``e2_out_width='baseline'``:
+  640 for WRN28-10, 256 for WRN16-4, 512 for WRN16-8; the paper's E(2)-II tables) or e2cnn's
+  ``int(64k sqrt(|G|))`` (``'e2cnn'``, its ``conv2triv``). BatchNorm shares statistics within
+  each field (:class:`~invjax.layers.e2.E2BatchNorm`); the first one after a restriction over the
+  larger group's fields, as e2cnn. The basis: ``e2_frequency_cutoff`` and ``e2_sigma`` of
+  :mod:`invjax.bases.e2` (None: ``R2Conv``'s defaults; the paper's configs use e2cnn_experiments'
+  ``F=1, sigma=0.45``, which makes every pooling row's count equal to e2cnn's). E(2)-II integrates over
   ``ii_group`` (default: the last stage's group; D8 for SVHN, D4 for CIFAR-10, D1 for STL-10).
   The network is then exactly invariant (float32 rounding) to every 90-degree rotation and flip
   that this group contains, on any square input whose sizes stay even at every stride-2 layer or
-  odd throughout: :func:`invjax.ops.conv.conv2d` folds a 2x2 box into stride-2 kernels on even
+  odd throughout, with a grid-symmetric downsampling rule (``symmetric``, the E(2) default, or
+  ``maxpool``): :func:`invjax.ops.conv.conv2d` folds a 2x2 box into stride-2 kernels on even
   grids so that the kept samples stay symmetric about the image centre.
+
+Downsampling (``downsample``, None = the family's peer rule :data:`DEFAULT_DOWNSAMPLE`):
+``strided`` (plain stride 2: the WRN paper's and e2cnn's own; not symmetric on even grids),
+``symmetric`` (the box rule above) or ``maxpool`` (stride-1 convolution + 2x2 max pool: DISCO's).
+Defaults: std ``strided``, scale ``maxpool``, e2 ``symmetric``.
   ``family='scale'``: features ``[B, H, W, S, C]``. Stem ``ScaleLiftConv``, blocks
   ``ScaleConv`` with ``scale_size=1`` (kernel 5, effective size 3, scales ``(1, sqrt 2, 2)`` as
   DISCO's STL-10 WRN), scale-shared BatchNorm, 1x1 shortcuts shared over scales; with
   ``relift[s]`` the first block of stage ``s`` max-projects and lifts again (DISCO's
-  ``pools=[False, True, True]``). Stride 2 uses :func:`conv2d`'s rule (DISCO max-pools after a
-  stride-1 convolution instead). Final: scale max projection -> BN -> ReLU (DISCO's order) ->
+  ``pools=[False, True, True]``). Stride 2 by default as DISCO: a stride-1 convolution and a 2x2
+  max pool (conv1 and the shortcut). Final: scale max projection -> BN -> ReLU (DISCO's order) ->
   Scale-II WS -> BatchNorm (the paper: "to stabilize the gradients through the division") or
   average pooling.
 
@@ -67,13 +77,18 @@ from invjax.layers import e2 as e2l
 from invjax.layers import ii as iil
 from invjax.models import register
 from invjax.models.common import StdConv, divide_width, e2_fields
-from invjax.ops.conv import conv2d
+from invjax.ops.conv import check_downsample, conv2d, max_pool2
 
 FAMILIES = ("std", "e2", "scale")
 HEADS = ("ii", "pool")
 DEPTHS = (10, 16, 22, 28, 34, 40)
 BN_MOMENTUM = 0.9  # Flax convention: running = 0.9 running + 0.1 batch (PyTorch's 0.1)
 BN_EPSILON = 1e-5
+# The peers' own downsampling per family (see :mod:`invjax.ops.conv`): the WRN paper's strided
+# convolutions, DISCO's stride-1 convolution + 2x2 max pooling, and for E(2) the grid-symmetric
+# box rule that keeps the networks exactly invariant (e2cnn itself strides).
+DEFAULT_DOWNSAMPLE = {"std": "strided", "e2": "symmetric", "scale": "maxpool"}
+E2_OUT_WIDTHS = ("baseline", "e2cnn")
 
 
 def _scale_layers():
@@ -127,10 +142,13 @@ def wrn_widths(
     groups: Sequence[str] = (),
     stem_width: int = 16,
     width_divisor: float = 1.0,
+    e2_out_width: str = "baseline",
 ) -> dict:
     """Channel counts (fields for ``e2``): ``{'stem', 'stages': (3,), 'out'}``.
 
-    ``out`` is the width of the invariant features (the trivial fields of the last E(2) layer).
+    ``out`` is the width of the invariant features (the trivial fields of the last E(2) layer):
+    the baseline's ``64k`` (``e2_out_width='baseline'``, the paper's E(2)-II tables) or e2cnn's
+    ``int(64k sqrt(|G|))`` trivial fields of the last group (``'e2cnn'``, its ``conv2triv``).
     """
     k = widen_factor
     planes = (16 * k, 32 * k, 64 * k)
@@ -140,6 +158,8 @@ def wrn_widths(
     else:
         stem, stages = stem_width, planes
     out = planes[2]
+    if family == "e2" and e2_out_width == "e2cnn":
+        out = int(planes[2] * math.sqrt(G.parse_group(groups[-1]).order))
     d = width_divisor
     return {
         "stem": divide_width(stem, d),
@@ -156,6 +176,7 @@ class ScalePointwiseConv(nn.Module):
 
     features: int
     stride: int = 1
+    downsample: str = "symmetric"
 
     @nn.compact
     def __call__(self, x):
@@ -166,7 +187,7 @@ class ScalePointwiseConv(nn.Module):
             (1, 1, c, self.features),
         )
         y = jnp.moveaxis(x, 3, 1).reshape(b * s, h, w, c)
-        y = conv2d(y, kernel, self.stride)
+        y = conv2d(y, kernel, self.stride, downsample=self.downsample)
         y = y.reshape(b, s, y.shape[1], y.shape[2], self.features)
         return jnp.moveaxis(y, 1, 3)
 
@@ -180,6 +201,9 @@ class ConvSpec:
     scale_kernel_size: int = 5
     scale_effective_size: int = 3
     scale_basis: str = "disco"
+    downsample: str = "symmetric"
+    e2_frequency_cutoff: float | None = None
+    e2_sigma: float | None = None
 
     def width(self, x, group) -> int:
         """Channels (std, scale) or fields (e2) of a feature map."""
@@ -205,13 +229,20 @@ class ConvSpec:
             momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
         )(x, train)
 
+    def _e2(self):
+        return dict(
+            frequency_cutoff=self.e2_frequency_cutoff,
+            sigma=self.e2_sigma,
+            downsample=self.downsample,
+        )
+
     def conv(self, features, stride, group, name, trivial_out=False, lift=False):
         """Stem (``lift``) or block convolution of the family."""
         if self.family == "std":
-            return StdConv(features, 3, stride, name=name)
+            return StdConv(features, 3, stride, downsample=self.downsample, name=name)
         if self.family == "e2":
             if lift:
-                return e2l.E2LiftConv(features, group, 5, stride, name=name)
+                return e2l.E2LiftConv(features, group, 5, stride, name=name, **self._e2())
             return e2l.E2Conv(
                 features,
                 group,
@@ -219,33 +250,55 @@ class ConvSpec:
                 stride,
                 trivial_out=trivial_out,
                 name=name,
+                **self._e2(),
             )
         sl = _scale_layers()
-        common = dict(
-            kernel_size=self.scale_kernel_size,
-            effective_size=self.scale_effective_size,
-            scales=tuple(self.scales),
-            basis=self.scale_basis,
-            stride=stride,
-            name=name,
-        )
-        if lift:
-            return sl.ScaleLiftConv(features, **common)
-        return sl.ScaleConv(features, scale_size=1, **common)
+
+        def make(s):
+            common = dict(
+                kernel_size=self.scale_kernel_size,
+                effective_size=self.scale_effective_size,
+                scales=tuple(self.scales),
+                basis=self.scale_basis,
+                stride=s,
+                name=name,
+            )
+            if lift:
+                return sl.ScaleLiftConv(features, **common)
+            return sl.ScaleConv(features, scale_size=1, **common)
+
+        return self._pooled(make, stride)
+
+    def _pooled(self, make, stride):
+        """Scale layers stride by :func:`conv2d`'s symmetric rule; DISCO's ``maxpool`` rule is a
+        stride-1 layer and a 2x2 max pool over ``H, W`` of ``[B, H, W, S, C]`` (even grids)."""
+        if stride == 1 or self.downsample == "symmetric":
+            return make(stride)
+
+        def apply(x):
+            if x.shape[1] % 2:  # odd grid: the plain strided layer is already symmetric
+                return make(stride)(x)
+            return max_pool2(make(1)(x), axes=(1, 2))
+
+        return apply
 
     def shortcut(self, features, stride, group, name, trivial_out=False):
         """1x1 projection shortcut of the family."""
         if self.family == "std":
-            return StdConv(features, 1, stride, name=name)
+            return StdConv(features, 1, stride, downsample=self.downsample, name=name)
         if self.family == "e2":
-            return e2l.E2Conv(features, group, 1, stride, trivial_out=trivial_out, name=name)
-        return ScalePointwiseConv(features, stride, name=name)
+            return e2l.E2Conv(
+                features, group, 1, stride, trivial_out=trivial_out, name=name, **self._e2()
+            )
+        return ScalePointwiseConv(features, stride, self.downsample, name=name)
 
 
 class WRNBlock(nn.Module):
     """Pre-activation residual block of :class:`WideResNet` (see the module docstring).
 
-    ``group``: the E(2) group of the block (None otherwise); ``trivial_out`` (E(2) only) makes the
+    ``group``: the E(2) group of the block (None otherwise); ``in_group``: the group whose fields
+    the input BatchNorm shares over (the previous stage's after a restriction, as e2cnn);
+    ``trivial_out`` (E(2) only) makes the
     output invariant fields (``conv1`` keeps ``inner_features`` regular fields, e2cnn's
     ``inner_fiber``); ``relift`` (scale only) max-projects before ``conv1`` and lifts again.
     """
@@ -258,13 +311,16 @@ class WRNBlock(nn.Module):
     dropout: float = 0.0
     trivial_out: bool = False
     relift: bool = False
+    in_group: str | None = None
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         spec = self.spec
         in_width = spec.width(x, self.group)
         inner = self.inner_features or self.features
-        x_n = nn.relu(spec.bn(self.group, "bn1")(x, train))
+        # After a restriction e2cnn keeps each field of the larger group as one field (its
+        # DisentangleModule), so the first BatchNorm shares statistics over those |G| channels.
+        x_n = nn.relu(spec.bn(self.in_group or self.group, "bn1")(x, train))
         if self.relift:
             y = _scale_layers().ScaleMaxProjection()(x_n)
             y = spec.conv(inner, self.stride, None, "conv1", lift=True)(y)
@@ -309,6 +365,13 @@ class WideResNet(nn.Module):
     scale_effective_size: int = 3
     scale_basis: str = "disco"
     relift: tuple[bool, bool, bool] = (False, False, False)
+    # peer parity: the downsampling rule (None: the family's peer rule, DEFAULT_DOWNSAMPLE), the
+    # E(2) basis (None: e2cnn's R2Conv defaults; the configs use e2cnn_experiments' F=1,
+    # sigma=0.45) and the width of the last E(2) layer ('baseline' 64k or 'e2cnn').
+    downsample: str | None = None
+    e2_frequency_cutoff: float | None = None
+    e2_sigma: float | None = None
+    e2_out_width: str = "baseline"
 
     def __post_init__(self):
         check_config(
@@ -321,6 +384,17 @@ class WideResNet(nn.Module):
             self.dropout,
             self.width_divisor,
         )
+        if self.downsample is not None:
+            check_downsample(self.downsample)
+            if self.family == "scale" and self.downsample == "strided":
+                raise ValueError(
+                    "WRN downsample='strided' is not available for family='scale': choose "
+                    "'maxpool' (DISCO's) or 'symmetric'"
+                )
+        if self.e2_out_width not in E2_OUT_WIDTHS:
+            raise ValueError(
+                f"WRN e2_out_width={self.e2_out_width!r} is unknown: choose one of {E2_OUT_WIDTHS}"
+            )
         if len(self.relift) != 3:
             raise ValueError(
                 f"WRN relift={self.relift!r} is invalid: give one flag per stage, e.g. "
@@ -331,12 +405,21 @@ class WideResNet(nn.Module):
     @property
     def widths(self) -> dict:
         return wrn_widths(
-            self.family, self.widen_factor, self.groups, self.stem_width, self.width_divisor
+            self.family,
+            self.widen_factor,
+            self.groups,
+            self.stem_width,
+            self.width_divisor,
+            self.e2_out_width,
         )
 
     @property
     def blocks_per_stage(self) -> int:
         return (self.depth - 4) // 6
+
+    @property
+    def downsample_rule(self) -> str:
+        return self.downsample or DEFAULT_DOWNSAMPLE[self.family]
 
     @property
     def spec(self) -> ConvSpec:
@@ -346,6 +429,9 @@ class WideResNet(nn.Module):
             self.scale_kernel_size,
             self.scale_effective_size,
             self.scale_basis,
+            self.downsample_rule,
+            self.e2_frequency_cutoff,
+            self.e2_sigma,
         )
 
     def _check_input(self, x):
@@ -375,6 +461,7 @@ class WideResNet(nn.Module):
                     dropout=self.dropout,
                     trivial_out=trivial,
                     relift=bool(self.relift[s]) and b == 0 and self.family == "scale",
+                    in_group=groups[s - 1] if s and b == 0 else None,
                     name=f"block{s + 1}_{b + 1}",
                 )(x, train)
         feats = self._head(x, train)
@@ -440,6 +527,10 @@ def from_config(config) -> WideResNet:
         "scale_effective_size",
         "scale_basis",
         "relift",
+        "downsample",
+        "e2_frequency_cutoff",
+        "e2_sigma",
+        "e2_out_width",
     ):
         val = get(field, None)
         if val is not None:

@@ -12,6 +12,15 @@ Stride rule (exactness of 90-degree rotations and flips under stride 2)
   input position ``2i + 0.5``, which is symmetric (``-15 ... 15``). This equals a stride-1
   convolution followed by 2x2 average pooling, at the cost of one strided convolution with a
   kernel one tap wider. Outputs have ``ceil(H / 2)`` rows either way.
+
+Downsampling rules (``downsample``; a per-family setting of the networks)
+  ``"symmetric"`` the rule above (default; E(2) networks, and wherever a guarantee needs it).
+  ``"strided"``   the plain strided convolution, samples ``0, 2, 4, ...`` (the WRN paper's and
+                  e2cnn's own): not symmetric on even grids, so 90-degree exactness is lost there.
+  ``"maxpool"``   a stride-1 convolution followed by 2x2 max pooling (DISCO's WRN). The 2x2 blocks
+                  of an even grid map onto each other under the square's symmetries, so this rule
+                  is grid-symmetric too (it costs a full-resolution convolution).
+  On odd grids all three are the plain strided convolution (already symmetric).
 """
 
 from __future__ import annotations
@@ -22,6 +31,20 @@ from jax import lax
 from invjax import precision
 
 DIMENSION_NUMBERS = ("NHWC", "HWIO", "NHWC")
+DOWNSAMPLE_RULES = ("symmetric", "strided", "maxpool")
+
+
+def check_downsample(downsample: str) -> None:
+    if downsample not in DOWNSAMPLE_RULES:
+        raise ValueError(f"downsample={downsample!r} is unknown: choose one of {DOWNSAMPLE_RULES}")
+
+
+def max_pool2(x, axes=(1, 2)):
+    """2x2 max pooling with stride 2 over ``axes`` (even sizes): ``[..., H, W, ...]`` halved."""
+    dims = [1] * x.ndim
+    for a in axes:
+        dims[a] = 2
+    return lax.reduce_window(x, -jnp.inf, lax.max, tuple(dims), tuple(dims), "VALID")
 
 
 def fold_box(kernel):
@@ -30,7 +53,7 @@ def fold_box(kernel):
     return 0.25 * (p[1:, 1:] + p[:-1, 1:] + p[1:, :-1] + p[:-1, :-1])
 
 
-def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1):
+def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1, downsample: str = "symmetric"):
     """Grid-symmetric convolution of NHWC ``x`` with an HWIO ``kernel`` of odd size.
 
     Args:
@@ -38,6 +61,7 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1):
       kernel: ``[k, k, I, O]``, ``k`` odd.
       stride: 1 (``SAME`` output ``H x W``) or 2 (output ``ceil(H/2) x ceil(W/2)``, see module doc).
       feature_group_count: as in ``lax.conv_general_dilated``.
+      downsample: the stride-2 rule on even grids, one of :data:`DOWNSAMPLE_RULES`.
     Returns:
       ``[B, H', W', O]``.
     """
@@ -46,25 +70,26 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1):
         raise ValueError(f"kernel size {kernel.shape[:2]} is invalid: it must be square and odd")
     if stride not in (1, 2):
         raise ValueError(f"stride={stride} is invalid: invjax convolutions take stride 1 or 2")
+    check_downsample(downsample)
     p = (k - 1) // 2
     h, w = x.shape[1], x.shape[2]
-    if stride == 1:
-        pads = ((p, p), (p, p))
-    else:
-        # Fold the box per axis: even axes need the half-pixel shift, odd axes do not.
-        if h % 2 == 0 or w % 2 == 0:
-            if h % 2 != w % 2:
-                raise ValueError(
-                    f"stride 2 on a {h}x{w} grid is not supported: height and width must both be "
-                    "even or both be odd"
-                )
+    pads = ((p, p), (p, p))
+    pool = False
+    if stride == 2 and (h % 2 == 0 or w % 2 == 0):
+        if h % 2 != w % 2:
+            raise ValueError(
+                f"stride 2 on a {h}x{w} grid is not supported: height and width must both be "
+                "even or both be odd"
+            )
+        if downsample == "symmetric":
             kernel = fold_box(kernel)
-        pads = ((p, p), (p, p))
+        elif downsample == "maxpool":
+            stride, pool = 1, True
     # Mixed precision (invjax.precision "bf16"): round input and filter elementwise, which commutes
     # with the grid permutations of 90-degree rotations and flips, and accumulate in float32.
     dtype = precision.conv_dtype() or x.dtype
     out_dtype = x.dtype if dtype == x.dtype else jnp.promote_types(x.dtype, jnp.float32)
-    return lax.conv_general_dilated(
+    y = lax.conv_general_dilated(
         x.astype(dtype),
         kernel.astype(dtype),
         window_strides=(stride, stride),
@@ -73,6 +98,7 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1):
         feature_group_count=feature_group_count,
         preferred_element_type=None if dtype == x.dtype else out_dtype,
     )
+    return max_pool2(y) if pool else y
 
 
 def output_size(size: int, stride: int) -> int:

@@ -55,19 +55,19 @@ def expand_to_trivial(weight, phi):
     return kern.reshape(k, k, ci * g, co)
 
 
-def lift_conv(x, weight, phi, stride: int = 1):
+def lift_conv(x, weight, phi, stride: int = 1, downsample: str = "symmetric"):
     """Trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', Co * G]``."""
-    return conv2d(x, expand_lift(weight, phi), stride)
+    return conv2d(x, expand_lift(weight, phi), stride, downsample=downsample)
 
 
-def group_conv(x, weight, phi, group: Group, stride: int = 1):
+def group_conv(x, weight, phi, group: Group, stride: int = 1, downsample: str = "symmetric"):
     """Regular ``[B, H, W, Ci * G]`` -> regular ``[B, H', W', Co * G]``."""
-    return conv2d(x, expand_regular(weight, phi, group), stride)
+    return conv2d(x, expand_regular(weight, phi, group), stride, downsample=downsample)
 
 
-def trivial_conv(x, weight, phi, stride: int = 1):
+def trivial_conv(x, weight, phi, stride: int = 1, downsample: str = "symmetric"):
     """Regular ``[B, H, W, Ci * G]`` -> trivial (invariant fields) ``[B, H', W', Co]``."""
-    return conv2d(x, expand_to_trivial(weight, phi), stride)
+    return conv2d(x, expand_to_trivial(weight, phi), stride, downsample=downsample)
 
 
 def group_pool(x, group_order: int, reduce: str = "max"):

@@ -307,6 +307,9 @@ def _degenerate_pair(channels, offsets, exponents) -> bool:
     )
 
 
+MONOMIAL_PLACEMENTS = ("neighbourhood", "pointwise")
+
+
 @functools.lru_cache(maxsize=64)
 def draw_monomial_pairs(
     n_pairs: int,
@@ -315,6 +318,7 @@ def draw_monomial_pairs(
     kernel_size: int = 3,
     max_exponent: int = 2,
     seed: int = 0,
+    placement: str = "neighbourhood",
 ) -> MonomialPairs:
     """Draw ``n_pairs`` random monomial pairs of ``n_factors`` factors each (Section 4.3).
 
@@ -329,7 +333,17 @@ def draw_monomial_pairs(
     at offset ``o`` reads ``x(t + o)`` whose offset does not shrink with the image, so a monomial
     pair is only approximately scale-invariant, the better the smoother ``x`` is at the scale of
     one pixel; higher orders amplify the mismatch (measured in tests/test_ii_layers.py).
+
+    ``placement='pointwise'``: every offset 0, i.e. the factors are channels at one position,
+    ``m(t) = prod_i x_{c_i}(t)^{b_i}`` (a ``1 x 1`` exponent kernel). Then eq. (6) is exactly
+    scale-invariant on the continuous plane: for ``x_s(t) = x(t / s)`` each translation integral
+    is ``s^2`` times that of ``x`` (substitute ``u = t / s``), so the ratio does not change;
+    with offsets ``d_i`` the substitution turns them into ``d_i / s`` instead, a different
+    monomial. On the pixel grid only the resampling of ``x`` (and the border) remains. With one
+    channel and equal orders every pointwise pair is the constant 1 (``ValueError``).
     """
+    if placement not in MONOMIAL_PLACEMENTS:
+        raise ValueError(f"placement={placement!r} is unknown: choose one of {MONOMIAL_PLACEMENTS}")
     for name, v, lo in (
         ("n_pairs", n_pairs, 1),
         ("n_channels", n_channels, 1),
@@ -341,6 +355,8 @@ def draw_monomial_pairs(
     if kernel_size < 1 or kernel_size % 2 != 1:
         raise ValueError(f"kernel_size={kernel_size!r} is invalid: it must be odd and >= 1")
     rng = np.random.default_rng(seed)
+    if placement == "pointwise":
+        kernel_size = 1
     p = (kernel_size - 1) // 2
 
     def draw(n):
@@ -361,7 +377,8 @@ def draw_monomial_pairs(
         else:
             raise ValueError(
                 f"n_channels={n_channels}, n_factors={n_factors}, kernel_size={kernel_size}, "
-                f"max_exponent={max_exponent} leave only degenerate monomial pairs (divisor equal "
+                f"max_exponent={max_exponent}, placement={placement!r} leave only degenerate "
+                "monomial pairs (divisor equal "
                 "to the dividend up to a translation, a constant ratio): allow more channels, "
                 "factors or a larger neighbourhood"
             )

@@ -1,0 +1,23 @@
+"""python -m invjax.main --config=configs/mnist_ii_disco_monomials_pointwise.py --workdir=runs/mnist_ii_disco_monomials_pointwise
+
+Table 2 variant (not a row of the paper): II-DISCO with the exactly scale-invariant monomials.
+
+``mnist_ii_disco_monomials.py`` with ``model.monomial_placement='pointwise'``: every factor of a
+monomial reads the same position (products across channels, no spatial offsets), which makes
+eq. (6) exactly invariant to scaling on the continuous plane (README: "Scale-II monomials"). Same
+pruning, recipe and hyperparameters.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+
+# Configs are files, not a package: load the siblings next to this file wherever it is run from.
+common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+
+
+def get_config():
+    config = common["get"]("mnist_ii_disco_monomials")
+    config.model.monomial_placement = "pointwise"
+    return config
