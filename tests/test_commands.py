@@ -41,12 +41,7 @@ CONFIGS = REPO / "configs"
 HELPERS = ("common", "models")  # configs/ files that are not experiments
 PREPARE = "python -m invjax.data.prepare"
 # Command (as written) -> why it is expected to fail on this branch.
-KNOWN_BROKEN = {
-    "python -m invjax.models cifar10_triple": (
-        "config names are not model names yet: issue 9 (helper 'parity') fixes "
-        "invjax/models/__main__.py"
-    ),
-}
+KNOWN_BROKEN: dict[str, str] = {}
 # Minutes of work even when cheap: only the program's --help is checked.
 HEAVY = {"python -m invjax.models --all": "builds every full-size network of the paper"}
 # Run by pytest itself (this suite): not run again from inside it.
