@@ -18,9 +18,10 @@ arithmetic, so the guarantee is stated per precision:
 ``"bf16"``
     Mixed precision: parameters, optimiser state, normalisation statistics and everything outside
     convolutions stay float32; each convolution rounds its input and its (expanded) filter to
-    bfloat16 and accumulates in float32 (``preferred_element_type``). Rounding to bfloat16 is
-    elementwise, so it commutes with the pixel permutations of a 90-degree rotation or flip;
-    whether the convolution algorithm keeps the symmetry is measured (README).
+    bfloat16 and accumulates in float32 (``preferred_element_type``). Not exact: the rounding of
+    each layer's input amplifies float32 summation-order differences (:func:`is_exact`). On GPUs
+    XLA may keep a convolution in float32 instead (it is allowed excess precision by default,
+    ``xla_allow_excess_precision``), so the rounding is an upper bound there, not a promise.
 
 The setting applies at trace time: :func:`scope` sets JAX's default matmul precision (which also
 keys JAX's compilation cache, so functions traced under different settings are compiled apart)
@@ -37,7 +38,8 @@ import jax.numpy as jnp
 
 #: name -> (jax default_matmul_precision value, convolution compute dtype or None)
 _MODES = {
-    "default": (None, None),
+    # Named explicitly (not left unset), so that "default" also undoes an enclosing setting.
+    "default": ("default", None),
     "highest": ("highest", None),
     # "bfloat16" for the other products (basis expansion, dense layers): on GPU that is the
     # default TF32 path, on TPU one bf16 pass; it also gives traces of this mode their own key.
@@ -62,11 +64,8 @@ def scope(name: str):
     matmul, dtype = _MODES[check(name)]
     token = _conv_dtype.set(dtype)
     try:
-        if matmul is None:
+        with jax.default_matmul_precision(matmul):
             yield
-        else:
-            with jax.default_matmul_precision(matmul):
-                yield
     finally:
         _conv_dtype.reset(token)
 

@@ -9,6 +9,11 @@ from invjax import precision as P
 
 
 def pytest_configure(config):
+    # The whole session computes in the exact precision, fixtures of any scope included (a
+    # module-scoped fixture is computed outside the per-test scope below); GPUs default to TF32.
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", P.EXACT)
     config.addinivalue_line(
         "markers",
         "precision(name): compute the test under invjax precision `name` instead of the exact one",
