@@ -150,7 +150,8 @@ def test_scale_conv_cost_contract(scale_size, lowering):
     convolution, ``feature_group_count = S``, ``D * Cin -> S * Cout`` channels (zero slices past
     the largest scale included). 'per_scale': ``S`` ungrouped convolutions, output scale ``s``
     reading only its ``D_s = min(D, S - s)`` existing input scales (``D_s * Cin -> Cout``), so
-    they do no more multiply-adds than the grouped one. 'auto': per-scale on CPU, else grouped."""
+    they do no more multiply-adds than the grouped one. 'auto': per-scale on CPU and GPU, else
+    grouped."""
     S, cin, cout, D = 3, 4, 6, scale_size
     psi = jnp.asarray(B.disco_basis(*WRN), jnp.float32)
     x = jnp.zeros((2, 16, 16, S, cin))
@@ -181,7 +182,7 @@ def test_auto_lowering_block_decides_auto_at_trace_time():
     x = jnp.zeros((1, 8, 8, 3, 2))
     layer = L.ScaleConv(3)
     v = layer.init(jax.random.PRNGKey(0), x)
-    native = "per_scale" if jax.default_backend() == "cpu" else "grouped"
+    native = "per_scale" if jax.default_backend() in ("cpu", "gpu") else "grouped"
     for block, explicit, expected in [
         (None, "auto", native),
         ("grouped", "auto", "grouped"),
