@@ -34,14 +34,15 @@ METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_SUBDIR = "tensorboard"
 
 
-def truncate_metrics(path: str, last_step: int) -> None:
-    """Keep the records of ``metrics.jsonl`` with ``step <= last_step`` (and drop broken lines).
+def read_records(path: str, last_step: int) -> list[dict] | None:
+    """The records of ``metrics.jsonl`` with ``step <= last_step``, without the final evaluation
+    and broken lines; None if there is no file.
 
-    Records after the restored checkpoint belong to work that is about to be redone, and the
-    final evaluation (``"final": true``) is always redone.
+    Records after a restored checkpoint belong to work that is about to be redone, and the final
+    evaluation (``"final": true``) is always redone.
     """
     if not os.path.exists(path):
-        return
+        return None
     kept = []
     with open(path) as f:
         for line in f:
@@ -50,10 +51,18 @@ def truncate_metrics(path: str, last_step: int) -> None:
             except ValueError:
                 continue  # a line cut short by a kill
             if int(rec.get("step", 0)) <= last_step and not rec.get("final"):
-                kept.append(json.dumps(rec))
+                kept.append(rec)
+    return kept
+
+
+def truncate_metrics(path: str, last_step: int) -> None:
+    """Keep only :func:`read_records` of ``metrics.jsonl`` (resuming at ``last_step``)."""
+    kept = read_records(path, last_step)
+    if kept is None:
+        return
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        f.write("".join(k + "\n" for k in kept))
+        f.write("".join(json.dumps(k) + "\n" for k in kept))
     os.replace(tmp, path)
 
 

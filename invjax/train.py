@@ -51,7 +51,7 @@ from invjax import certificate, checkpoint, models, parallel
 from invjax import data as data_lib
 from invjax import precision as P
 from invjax import workdir as workdir_lib
-from invjax.logging_utils import METRICS_FILE, Reporter, banner, hparams
+from invjax.logging_utils import METRICS_FILE, Reporter, banner, hparams, read_records
 
 OPTIMIZERS = ("sgd", "adam")
 NON_STATE_COLLECTIONS = ("params", "batch_stats", "intermediates")
@@ -820,17 +820,7 @@ def restore_metrics(workdir: str, restored: checkpoint.Restored) -> list[dict]:
     """
     path = os.path.join(workdir, METRICS_FILE)
     records = restored.meta.get("records")
-    have = None
-    if os.path.exists(path):
-        have = []
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a kill
-                if int(rec.get("step", 0)) <= restored.step and not rec.get("final"):
-                    have.append(rec)
+    have = read_records(path, restored.step)
     if records is None:
         if have is None:
             logging.warning(

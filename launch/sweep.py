@@ -337,6 +337,10 @@ def run_local(
         jobs.put(group)
     failed, lock, counter = [], threading.Lock(), [0]
 
+    def say(line: str) -> None:  # one line at a time: slots print from their own threads
+        with lock:
+            print(line, flush=True)
+
     def one(run: Run, env, slot: int) -> None:
         cmd = run.command(sys.executable)
         with lock:
@@ -345,7 +349,7 @@ def run_local(
         state = (
             "resume" if os.path.isdir(os.path.join(REPO, run.workdir, "checkpoints")) else "start"
         )
-        print(f"[{i}/{len(todo)}] slot {slot} {state}: {cmd}", flush=True)
+        say(f"[{i}/{len(todo)}] slot {slot} {state}: {cmd}")
         t = time.perf_counter()
         if env is None:  # one run at a time: its output right here
             status = subprocess.call(shlex.split(cmd), cwd=REPO)
@@ -357,7 +361,7 @@ def run_local(
                     shlex.split(cmd), cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT
                 )
         took = time.perf_counter() - t
-        print(f"[{i}/{len(todo)}] slot {slot} exit {status} after {took:.0f} s", flush=True)
+        say(f"[{i}/{len(todo)}] slot {slot} exit {status} after {took:.0f} s")
         if status:
             with lock:
                 failed.append(cmd)
@@ -427,8 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="extra config override"
     )
     parser.add_argument("--no-share", action="store_true", help="no phase-1 reuse across runs")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--dry-run", action="store_true", help="print the commands")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the commands (with --local or --slurm: what would run or be written) and stop",
+    )
+    mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--local", action="store_true", help="run them here (skips finished runs)")
     mode.add_argument("--slurm", metavar="FILE", help="write a SLURM array script")
     local = parser.add_argument_group("--local")
@@ -463,18 +471,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, KeyError, AttributeError, TypeError) as e:
         print(f"sweep: error: {e}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        for run in runs:
-            print(run.command())
-        print(f"# {len(runs)} commands, {len(by_point(runs))} points (size, seed)", file=sys.stderr)
-        return 0
     if args.local:
         try:  # the numbers and the GPUs, before anything runs
             slot_envs(args.parallel, args.devices_per_run or 1, args.platform)
         except ValueError as e:
             print(f"sweep: error: {e}", file=sys.stderr)
             return 2
+    if args.dry_run:
+        for run in runs:
+            print(run.command())
+        where = (
+            f"; --local would run {args.parallel} point(s) side by side"
+            if args.local
+            else f"; --slurm would write {args.slurm}"
+            if args.slurm
+            else ""
+        )
+        print(
+            f"# {len(runs)} commands, {len(by_point(runs))} points (size, seed){where}",
+            file=sys.stderr,
+        )
+        return 0
+    if args.local:
         return run_local(runs, args.parallel, args.devices_per_run, args.platform)
+    if not args.slurm:
+        parser.error("choose --dry-run, --local or --slurm FILE")
     script, commands = write_slurm(runs, args.slurm, args)
     print(
         f"wrote {script} ({len(runs)} commands in {len(by_point(runs))} array tasks) and {commands}"
