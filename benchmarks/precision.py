@@ -32,7 +32,15 @@ from invjax import groups as G
 from invjax import precision as P
 
 D4 = G.dihedral(4)
-EXACT_ELEMENTS = {"rot90": 1, "rot180": 2, "rot270": 3, "flip": 4, "flip_rot90": 5}
+EXACT_ELEMENTS = {  # the non-identity elements of D4, by index (f * 4 + r)
+    "rot90": 1,
+    "rot180": 2,
+    "rot270": 3,
+    "flip": 4,
+    "flip_rot90": 5,
+    "flip_rot180": 6,
+    "flip_rot270": 7,
+}
 
 
 def photos(n: int, size: int = 32) -> np.ndarray:
