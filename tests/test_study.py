@@ -96,4 +96,5 @@ def test_tiny_study_end_to_end(tmp_path):
     assert (out / "error_vs_n_train_scaled_digits.png").stat().st_size > 10_000
     # a second call finds every run finished and only aggregates
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and "2 of 2 runs finished already" in again.stdout
+    assert again.returncode == 0 and " start: " not in again.stdout
+    assert "study: 2 of 2 network runs and 2 SVM fits finished" in again.stdout
