@@ -2,7 +2,7 @@
 
     python launch/study.py --out docs/results [--quick] [--runs-dir runs/study]
         [--datasets scaled_digits,rotscaled_digits] [--families F,F,...] [--sizes 20,50,...,0]
-        [--seeds 0,1,2] [--steps 100] [--batch-size 64] [--width-divisor 2]
+        [--seeds 0,1,2] [--steps 200] [--batch-size 64] [--width-divisor 2]
         [--budget-minutes 90] [--parallel 1] [--dry-run | --report-only]
 
 Datasets: ``scaled_digits`` (scikit-learn's digits shrunk by s ~ U(0.3, 1)) and
@@ -93,7 +93,7 @@ FULL = {
     "families": tuple(FAMILIES),
     "sizes": (20, 50, 100, 300, 0),
     "seeds": (0, 1, 2),
-    "steps": 100,
+    "steps": 200,
     "budget_minutes": 90.0,
 }
 QUICK = {
@@ -296,7 +296,7 @@ def plot(rows: Sequence[dict], out: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     written = []
     for dataset in sorted({r["dataset"] for r in rows}):
@@ -324,6 +324,10 @@ def plot(rows: Sequence[dict], out: str) -> list[str]:
         ax.yaxis.set_major_formatter(percent)
         ax.yaxis.set_minor_formatter(percent)
         ax.tick_params(axis="y", which="minor", labelsize=7)
+        sizes = sorted({r["n_train"] for rs in curves.values() for r in rs})
+        ax.set_xticks(sizes)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("training images N_t (log)")
         ax.set_ylabel("test error (log, %)")
         ax.set_title(f"{dataset}: mean ± std over seeds")
