@@ -69,10 +69,13 @@ _MONO = {
     "model.kernel_size": 5,
     "model.effective_size": 3,
     "model.scales": (1.0, 2.0**0.5, 2.0),
+    # Table 6's BatchNorm decay 5e-4 (momentum 0.9995) leaves the running statistics 90% at their
+    # initial values after 200 steps: measured 89.97% test error (chance) at N_t = 100 with it.
+    "model.bn_momentum": 0.99,
 }
 # family -> (config stem, overrides); None = the RBF-SVM (no network).
 FAMILIES: dict[str, tuple[str, dict] | None] = {
-    "cnn": ("digits_cnn", {"model.width": 8}),
+    "cnn": ("digits_cnn", {}),
     "svm": None,
     "wrn_std": ("digits_std", {}),
     "e2_pool": ("digits_e2", {"model.head": "pool"}),
