@@ -1,6 +1,6 @@
 """The sample-complexity study on the offline digits: every family x N_t x seed, tables and plots.
 
-    python launch/study.py --out docs/results [--quick] [--runs-dir runs/study]
+    python launch/study.py --out docs/results/study [--quick] [--runs-dir runs/study]
         [--datasets scaled_digits,rotscaled_digits] [--families F,F,...] [--sizes 20,50,...,0]
         [--seeds 0,1,2] [--steps 200] [--batch-size 64] [--width-divisor 2]
         [--budget-minutes 90] [--parallel 1] [--dry-run | --report-only]
@@ -383,7 +383,11 @@ def _ints(text: str, what: str, valid) -> tuple[int, ...]:
 def parse(argv: Sequence[str] | None):
     p = argparse.ArgumentParser(prog="python launch/study.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="docs/results", help="tables and plots go here")
-    p.add_argument("--runs-dir", default=None, help="run directories (default OUT/runs)")
+    p.add_argument(
+        "--runs-dir",
+        default=None,
+        help="run directories (default runs/study, --quick: runs/study_quick)",
+    )
     p.add_argument("--quick", action="store_true", help="the smoke run (see the docstring)")
     p.add_argument("--datasets", default=None, help=f"comma list of {DATASETS}")
     p.add_argument("--families", default=None, help=f"comma list of {tuple(FAMILIES)}")
@@ -450,7 +454,10 @@ def parse(argv: Sequence[str] | None):
 def main(argv: Sequence[str] | None = None) -> int:
     args, datasets, families, sizes, seeds, steps = parse(argv)
     out = os.path.abspath(args.out)
-    runs_dir = os.path.abspath(args.runs_dir or os.path.join(out, "runs"))
+    # runs/ is git-ignored: checkpoints never land next to the committed tables
+    runs_dir = os.path.abspath(
+        args.runs_dir or ("runs/study_quick" if args.quick else "runs/study")
+    )
     header = (
         f"# {'Quick smoke run' if args.quick else 'Sample-complexity study'} "
         f"(`python launch/study.py {' '.join(argv if argv is not None else sys.argv[1:])}`)\n\n"
