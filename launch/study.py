@@ -308,17 +308,19 @@ def plot(rows: Sequence[dict], out: str) -> list[str]:
             if r["dataset"] == dataset and math.isfinite(r["test_error_mean"]):
                 curves.setdefault(r["experiment"], []).append(r)
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        for family, rs in curves.items():
+        colours = plt.get_cmap("tab20").colors  # 13 families: the default 10 colours repeat
+        for i, (family, rs) in enumerate(curves.items()):
             rs = sorted(rs, key=lambda r: r["n_train"])
             x = [r["n_train"] for r in rs]
             m = [max(r["test_error_mean"], 0.1) for r in rs]
             s = [r["test_error_std"] for r in rs]
             style = "--" if family in ("cnn", "svm") else "-"
-            ax.plot(x, m, style, marker="o", label=family)
+            ax.plot(x, m, style, marker="os^vD"[i % 5], color=colours[i % 20], label=family)
             ax.fill_between(
                 x,
                 [max(a - b, 0.1) for a, b in zip(m, s)],
                 [a + b for a, b in zip(m, s)],
+                color=colours[i % 20],
                 alpha=0.15,
             )
         ax.set_xscale("log")
