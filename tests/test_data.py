@@ -239,3 +239,34 @@ def test_subset_kind_is_chosen_per_dataset_and_checked():
     d = data.load(cfg(name="digits", n_train=105, subset="stratified", seed=2))
     assert len(d.train) == 105
     assert np.bincount(d.train.labels, minlength=10).min() >= 9
+
+
+def test_rotscaled_digits_rotation_scale_and_loading():
+    x, y, s, a = digits_lib.rotscaled_digits(None, seed=0)
+    chex.assert_shape(x, (1797, 28, 28, 1))
+    assert x.dtype == np.float32 and 0.0 <= x.min() and x.max() <= 1.0
+    # the same scales as scaled_digits for the same seed; angles U(0, 360): mean 180, std 103.9
+    _, y0, s0 = data.scaled_digits(None, seed=0)
+    np.testing.assert_array_equal(s, s0)
+    np.testing.assert_array_equal(y, y0)
+    assert 0.0 <= a.min() and a.max() <= 360.0
+    assert abs(a.mean() - 180.0) < 10.0 and abs(a.std() - 360.0 / np.sqrt(12)) < 6.0
+    # a rotation keeps the ink (s^2 of the original's), as the shrink alone does
+    base, _ = digits_lib.digits()
+    ratio = x.sum((1, 2, 3)) / base.sum((1, 2, 3)) / s**2
+    assert abs(ratio.mean() - 1.0) < 0.03 and ratio.std() < 0.06
+    # angle 0 reproduces scaled_digits; angle 90 is the exact quarter turn of it
+    xs, _, ss = data.scaled_digits(5, seed=0)
+    sub = np.flatnonzero(np.isin(s0, ss))
+    r0 = np.asarray(digits_lib._rotate_shrink(base[sub], ss, np.zeros(5, np.float32)))
+    np.testing.assert_allclose(r0, xs, atol=1e-5)
+    r90 = np.asarray(digits_lib._rotate_shrink(base[sub], ss, np.full(5, np.pi / 2, np.float32)))
+    np.testing.assert_allclose(r90, np.rot90(xs, 1, axes=(1, 2)), atol=1e-4)
+    # the dataset: same splits as scaled_digits, rotated images, scale augmentation by default
+    ds = data.load(cfg(name="rotscaled_digits"))
+    plain = data.load(cfg(name="scaled_digits"))
+    assert (len(ds.train), len(ds.val), len(ds.test)) == digits_lib.SPLIT_SIZES
+    np.testing.assert_array_equal(ds.test.labels, plain.test.labels)
+    assert not np.allclose(ds.test.images, plain.test.images) and ds.augment == "scale"
+    with pytest.raises(ValueError, match="n=0 is invalid"):
+        digits_lib.rotscaled_digits(0)

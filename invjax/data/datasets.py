@@ -7,6 +7,8 @@ name            source, splits                                          default 
 ==============  ======================================================  ==================
 scaled_digits   scikit-learn digits in MNIST's format, shrunk by         scale
                 s ~ U(0.3, 1); fixed stratified 1079/359/359 (offline)
+rotscaled_      scaled_digits, each also rotated by theta ~ U(0, 360)    scale
+digits          degrees; the same splits (offline)
 digits          the same without the shrink (offline)                   none
 mnist_scale     Scaled-MNIST from TFDS ``mnist``: 10k/2k/50k, six        scale
                 realisations (see :mod:`invjax.data.scaled_mnist`)
@@ -50,6 +52,7 @@ from invjax.data import scaled_mnist, sources, subsets
 # name -> (image shape, number of classes, default augmentation)
 DATASETS: dict[str, tuple[tuple[int, int, int], int, str]] = {
     "scaled_digits": ((28, 28, 1), 10, "scale"),
+    "rotscaled_digits": ((28, 28, 1), 10, "scale"),
     "digits": ((28, 28, 1), 10, "none"),
     "mnist_scale": ((28, 28, 1), 10, "scale"),
     "mnist": ((28, 28, 1), 10, "none"),
@@ -193,9 +196,11 @@ def _channel_stats(images: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, n
 def _raw_splits(opts) -> tuple[Split, Split | None, Split]:
     """``(train, predefined val or None, test)`` before validation split and subset."""
     name, data_dir, r = opts["name"], opts["data_dir"], opts["realisation"]
-    if name in ("digits", "scaled_digits"):
+    if name in ("digits", "scaled_digits", "rotscaled_digits"):
         if name == "digits":
             images, labels = digits_lib.digits()
+        elif name == "rotscaled_digits":
+            images, labels, _, _ = digits_lib.rotscaled_digits(None, seed=r)
         else:
             images, labels, _ = digits_lib.scaled_digits(None, seed=r)
         tr, va, te = digits_lib.splits(r)

@@ -7,6 +7,9 @@ fill a 20x20 box centred in 28x28), clipped to [0, 1]. This is ``digits``.
 
 ``scaled_digits`` then treats them as Scaled-MNIST treats MNIST: each image shrunk about its
 centre by ``s ~ U(0.3, 1)`` with bicubic interpolation and zeros outside, clipped to [0, 1].
+``rotscaled_digits`` also rotates each one by ``theta ~ U(0, 360)`` degrees about the centre (one
+bicubic resampling of the 20x20-box digit by ``s R(theta)``), so rotation is a nuisance as well
+(6 and 9 then differ only by the stroke shapes the rotation keeps).
 
 Splits (fixed, chosen here): stratified 60/20/20, i.e. 1079 train / 359 validation / 359 test
 images with the class proportions of the whole set, drawn by the realisation seed (0..5, as
@@ -28,6 +31,7 @@ from invjax.data.subsets import _rng, stratified_split
 IMAGE_SIZE = 28
 DIGIT_BOX = 20  # MNIST's digits are normalised into a 20x20 box centred in 28x28
 SHRINK_RANGE = (0.3, 1.0)  # Scaled-MNIST's scale factors (SESN)
+ANGLE_RANGE = (0.0, 360.0)  # rotscaled_digits: rotation angles in degrees
 SPLIT_SIZES = (1079, 359, 359)  # stratified 60/20/20 of the 1797 digits
 
 
@@ -99,6 +103,38 @@ def scaled_digits(
     scales = draw_scales(total, seed, scale_range)
     idx = np.arange(total) if n is None else np.sort(_rng(seed, 1).permutation(total)[: int(n)])
     return shrink(images[idx], scales[idx]), labels[idx].copy(), scales[idx]
+
+
+@jax.jit
+def _rotate_shrink(images, scales, angles):
+    """``L_(s R(theta)) x`` per image (bicubic, zeros outside), clipped; angles in radians."""
+
+    def one(img, s, t):
+        c, d = jnp.cos(t), jnp.sin(t)
+        return groups.affine(img, s * jnp.array([[c, -d], [d, c]]), order="bicubic")
+
+    return jnp.clip(jax.vmap(one)(images, scales, angles), 0.0, 1.0)
+
+
+def rotscaled_digits(
+    n: int | None = None, seed: int = 0, scale_range=SHRINK_RANGE, angle_range=ANGLE_RANGE
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rotated and scaled digits: ``(images [N, 28, 28, 1], labels [N], scales [N], angles [N])``.
+
+    As :func:`scaled_digits` (the same scales for the same ``seed``), and each digit is also
+    rotated counter-clockwise by ``theta ~ U(angle_range)`` degrees (``angles``, float32, drawn by
+    ``seed`` in scikit-learn's order): ``x -> L_(s R(theta)) x`` in one bicubic resampling.
+    """
+    images, labels = _digits_28()
+    total = len(labels)
+    if n is not None and not 1 <= int(n) <= total:
+        raise ValueError(f"n={n} is invalid: choose 1..{total} (or None for all digits)")
+    scales = draw_scales(total, seed, scale_range)
+    lo, hi = angle_range
+    angles = _rng(seed, 3).uniform(lo, hi, size=total).astype(np.float32)
+    idx = np.arange(total) if n is None else np.sort(_rng(seed, 1).permutation(total)[: int(n)])
+    out = _rotate_shrink(images[idx], scales[idx], np.deg2rad(angles[idx]))
+    return np.asarray(out, np.float32), labels[idx].copy(), scales[idx], angles[idx]
 
 
 def splits(realisation: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

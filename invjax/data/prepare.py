@@ -18,7 +18,7 @@ import sys
 from invjax.data import scaled_mnist, sources
 
 NAMES = (*sources.TFDS_DATASETS, "mnist_scale")
-OFFLINE = ("digits", "scaled_digits")
+OFFLINE = ("digits", "scaled_digits", "rotscaled_digits")
 
 
 def prepare(name: str, data_dir: str | None = None, realisations=scaled_mnist.REALISATIONS) -> None:

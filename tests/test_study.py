@@ -1,0 +1,100 @@
+"""launch/study.py: the training-length rule, the plan (same splits, shared streams), bad input,
+and a tiny study run end to end (one CNN size pair and the RBF-SVM anchor, aggregated)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import runpy
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+study = runpy.run_path(str(REPO / "launch" / "study.py"), run_name="study_under_test")
+
+
+@pytest.mark.parametrize("n", [20, 50, 100, 500, 0])
+def test_schedule_gives_about_the_same_steps_at_every_size(n):
+    steps, batch = 120, 64
+    s = study["schedule"](n, steps, batch)
+    per_epoch = math.ceil((n or 1079) / batch)
+    total = s["num_epochs"] * per_epoch
+    # at least the target, and less than one epoch (or the 2-epoch floor) above it
+    assert steps <= total < steps + per_epoch or s["num_epochs"] == 2
+    assert 0 < s["lr_boundaries"][0] < s["num_epochs"] and s["batch_size"] == batch
+    assert s["eval_every_epochs"] == max(1, s["num_epochs"] // 8)
+
+
+def test_plan_same_splits_same_length_and_shared_streams(tmp_path):
+    runs, svm = study["plan"](
+        str(tmp_path), ["rotscaled_digits"], list(study["FAMILIES"]), [20, 0], [0, 1], 120
+    )
+    assert len(runs) == (len(study["FAMILIES"]) - 1) * 2 * 2 and len(svm) == 4
+    for r in runs:
+        n, seed = r.point
+        ov = r.overrides
+        assert ov["data.name"] == "rotscaled_digits" and ov["data.n_train"] == n
+        assert ov["seed"] == seed and ov["data.realisation"] == seed  # same split per point
+        rule = study["schedule"](n, 120, 64)
+        key = "phase1.e2.train" if r.multi else "train"
+        assert ov[f"{key}.num_epochs"] == rule["num_epochs"]  # same length rule for every net
+        assert r.workdir.endswith(os.path.join(r.experiment, f"{study['label'](n)}_s{seed}"))
+        if r.multi:  # phase 1 reuses the single-stream runs of the same point
+            base = os.path.join(str(tmp_path), "rotscaled_digits")
+            assert ov["phase1.e2.workdir"] == os.path.join(
+                base, "e2_ii", os.path.basename(r.workdir)
+            )
+            assert ov["phase1.scale.workdir"].startswith(os.path.join(base, "scale_iiws_disco"))
+            assert ov["train.num_epochs"] == study["schedule"](n, 30, 64)["num_epochs"]
+    assert [p["data.realisation"] for p in svm] == [0, 0, 1, 1]  # seed-major
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sizes", "15"], "--sizes='15' is invalid"),
+        (["--families", "cnn,vit"], "'vit' is invalid: choose from"),
+        (["--datasets", "mnist"], "'mnist' is invalid"),
+        (["--seeds", "7"], "give integers 0..5"),
+        (["--steps", "0"], "--steps=0 is invalid"),
+        (["--budget-minutes", "-1"], "--budget-minutes=-1.0 is invalid"),
+    ],
+)
+def test_bad_input_exits_2_with_the_valid_values(args, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        study["main"](["--dry-run", *args])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_tiny_study_end_to_end(tmp_path):
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    cmd = [sys.executable, "launch/study.py", "--out", str(out), "--runs-dir", str(runs)]
+    cmd += ["--datasets", "scaled_digits", "--families", "cnn,svm", "--sizes", "20,50"]
+    cmd += ["--seeds", "0", "--steps", "2", "--batch-size", "32"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads((out / "results.json").read_text())
+    got = {(r["experiment"], r["n_train"]) for r in rows}
+    assert got == {("cnn", 20), ("cnn", 50), ("svm", 20), ("svm", 50)}
+    for r in rows:
+        assert r["runs"] == 1 and 0.0 <= r["test_error_mean"] <= 100.0
+    # the SVM anchor is fitted on the same split: the run's sizes, C / gamma from the grid
+    svm = json.loads((runs / "scaled_digits" / "svm" / "n20_s0" / "results.json").read_text())
+    cnn = json.loads((runs / "scaled_digits" / "cnn" / "n20_s0" / "results.json").read_text())
+    for key in ("n_train", "n_val", "n_test", "dataset", "seed"):
+        assert svm[key] == cnn[key]
+    assert svm["svm_C"] in study["SVM_C"]
+    # the rule: 20 images at batch 32 = 1 step per epoch, 2 steps -> 2 epochs
+    assert cnn["epochs"] == 2 and cnn["steps"] == 2
+    md = (out / "results.md").read_text()
+    assert "| cnn | scaled_digits | 20 | 1 |" in md and "| svm | scaled_digits | 50 | 1 |" in md
+    assert (out / "error_vs_n_train_scaled_digits.png").stat().st_size > 10_000
+    # a second call finds every run finished and only aggregates
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and " start: " not in again.stdout
+    assert "study: 2 of 2 network runs and 2 SVM fits finished" in again.stdout
