@@ -281,8 +281,10 @@ def aggregate(runs_dir: str) -> list[dict]:
                 "seeds": sorted({r.get("seed") for r in rs}, key=str),
                 "test_error_mean": test_m,
                 "test_error_std": test_s,
+                "test_error_n": len(vals("test_error")),  # report.table shows "(n=1)" for one
                 "val_error_mean": val_m,
                 "val_error_std": val_s,
+                "val_error_n": len(vals("val_error")),
                 "params": params[0] if len(params) == 1 else params,
                 "wall_time_s_mean": sum(wall) / len(wall) if wall else math.nan,
                 "test_errors": vals("test_error"),
