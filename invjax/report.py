@@ -98,42 +98,46 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
 
 
+def summarise(name: str, dataset, n_train, rs: list[dict]) -> dict:
+    """One table row of the results ``rs`` of one group (mean, std and count over its runs)."""
+
+    def finite(key):
+        return [
+            float(r[key])
+            for r in rs
+            if isinstance(r.get(key), int | float) and math.isfinite(r[key])
+        ]
+
+    test, val = finite("test_error"), finite("val_error")
+    test_m, test_s = mean_std(test)
+    val_m, val_s = mean_std(val)
+    params = sorted({int(r["params"]) for r in rs if isinstance(r.get("params"), int)})
+    wall = finite("wall_time_s")
+    return {
+        "experiment": name,
+        "dataset": dataset,
+        "n_train": n_train,
+        "runs": len(rs),
+        "seeds": sorted({r.get("seed") for r in rs}, key=str),
+        "test_error_mean": test_m,
+        "test_error_std": test_s,
+        "test_error_n": len(test),
+        "val_error_mean": val_m,
+        "val_error_std": val_s,
+        "val_error_n": len(val),
+        "params": params[0] if len(params) == 1 else params,
+        "wall_time_s_mean": sum(wall) / len(wall) if wall else math.nan,
+        "test_errors": test,
+    }
+
+
 def aggregate(runs: Iterable[tuple[str, dict]], runs_dir: str) -> list[dict]:
     """One row per (experiment, dataset, n_train), sorted by dataset, experiment and n_train."""
     groups: dict[tuple, list[dict]] = {}
     for run_dir, r in runs:
         key = (experiment_name(run_dir, r, runs_dir), r.get("dataset", "?"), r.get("n_train"))
         groups.setdefault(key, []).append(r)
-    rows = []
-    for (name, dataset, n_train), rs in groups.items():
-        finite = lambda key, rs=rs: [
-            float(r[key])
-            for r in rs
-            if isinstance(r.get(key), int | float) and math.isfinite(r[key])
-        ]
-
-        test, val = finite("test_error"), finite("val_error")
-        test_m, test_s = mean_std(test)
-        val_m, val_s = mean_std(val)
-        params = sorted({int(r["params"]) for r in rs if isinstance(r.get("params"), int)})
-        wall = finite("wall_time_s")
-        rows.append(
-            {
-                "experiment": name,
-                "dataset": dataset,
-                "n_train": n_train,
-                "runs": len(rs),
-                "seeds": sorted({r.get("seed") for r in rs}, key=str),
-                "test_error_mean": test_m,
-                "test_error_std": test_s,
-                "test_error_n": len(test),
-                "val_error_mean": val_m,
-                "val_error_std": val_s,
-                "val_error_n": len(val),
-                "params": params[0] if len(params) == 1 else params,
-                "wall_time_s_mean": sum(wall) / len(wall) if wall else math.nan,
-            }
-        )
+    rows = [summarise(name, ds, n, rs) for (name, ds, n), rs in groups.items()]
     rows.sort(key=lambda r: (str(r["dataset"]), r["experiment"], r["n_train"] or 0))
     return rows
 

@@ -263,33 +263,7 @@ def aggregate(runs_dir: str) -> list[dict]:
         groups.setdefault((family, dataset, r.get("n_train")), []).append(r)
     rows = []
     for (family, dataset, n_train), rs in groups.items():
-        vals = lambda key, rs=rs: [
-            float(r[key])
-            for r in rs
-            if isinstance(r.get(key), int | float) and math.isfinite(r[key])
-        ]
-        test_m, test_s = report.mean_std(vals("test_error"))
-        val_m, val_s = report.mean_std(vals("val_error"))
-        params = sorted({int(r["params"]) for r in rs if isinstance(r.get("params"), int)})
-        wall = vals("wall_time_s")
-        rows.append(
-            {
-                "experiment": family,
-                "dataset": dataset,
-                "n_train": n_train,
-                "runs": len(rs),
-                "seeds": sorted({r.get("seed") for r in rs}, key=str),
-                "test_error_mean": test_m,
-                "test_error_std": test_s,
-                "test_error_n": len(vals("test_error")),  # report.table shows "(n=1)" for one
-                "val_error_mean": val_m,
-                "val_error_std": val_s,
-                "val_error_n": len(vals("val_error")),
-                "params": params[0] if len(params) == 1 else params,
-                "wall_time_s_mean": sum(wall) / len(wall) if wall else math.nan,
-                "test_errors": vals("test_error"),
-            }
-        )
+        rows.append(report.summarise(family, dataset, n_train, rs))
     order = {f: i for i, f in enumerate(FAMILIES)}
     rows.sort(key=lambda r: (r["dataset"], order.get(r["experiment"], 99), r["n_train"] or 0))
     return rows
