@@ -36,6 +36,19 @@ TINY = [
 ]
 
 
+def _wait_for_checkpoint(proc, workdir, target_step: int, timeout: float = 240) -> None:
+    """Poll until ``workdir`` holds a checkpoint of step >= ``target_step`` or ``proc`` ends."""
+    ckpt_dir = checkpoint.checkpoint_dir(workdir)
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        steps = (
+            [int(d) for d in os.listdir(ckpt_dir) if d.isdigit()] if os.path.isdir(ckpt_dir) else []
+        )
+        if steps and max(steps) >= target_step:
+            return
+        time.sleep(0.005)
+
+
 def command(workdir, *extra):
     return [sys.executable, "-m", "invjax.main", *TINY, f"--workdir={workdir}", *extra]
 
@@ -100,15 +113,7 @@ def _run_and_kill(workdir, target_step, delay):
     proc = subprocess.Popen(
         command(workdir), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    ckpt_dir = checkpoint.checkpoint_dir(workdir)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        steps = (
-            [int(d) for d in os.listdir(ckpt_dir) if d.isdigit()] if os.path.isdir(ckpt_dir) else []
-        )
-        if steps and max(steps) >= target_step:
-            break
-        time.sleep(0.005)
+    _wait_for_checkpoint(proc, workdir, target_step)
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     return proc.wait()
@@ -172,15 +177,7 @@ def _start_and_signal(workdir, target_step, delay, signals, env=None, between=No
         text=True,
         env=dict(os.environ, **(env or {})),
     )
-    ckpt_dir = checkpoint.checkpoint_dir(workdir)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        steps = (
-            [int(d) for d in os.listdir(ckpt_dir) if d.isdigit()] if os.path.isdir(ckpt_dir) else []
-        )
-        if steps and max(steps) >= target_step:
-            break
-        time.sleep(0.005)
+    _wait_for_checkpoint(proc, workdir, target_step)
     time.sleep(delay)
     proc.send_signal(signals[0])
     if between is not None:

@@ -49,6 +49,13 @@ def _check_channels(x, multiple: int, what: str):
         )
 
 
+def _steerable_basis(module, g):
+    """The sampled basis of an E(2) layer's settings (kernel, dilation, cutoff, sigma, rings)."""
+    return e2_bases.transformed_basis(
+        g, module.kernel_size, module.dilation, module.frequency_cutoff, module.sigma, module.rings
+    )
+
+
 class E2LiftConv(nn.Module):
     """Lifting convolution: trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', features * |G|]``.
 
@@ -66,10 +73,7 @@ class E2LiftConv(nn.Module):
     rings: tuple[float, ...] | None = None
     downsample: str = "symmetric"
 
-    def basis(self, g):
-        return e2_bases.transformed_basis(
-            g, self.kernel_size, self.dilation, self.frequency_cutoff, self.sigma, self.rings
-        )
+    basis = _steerable_basis
 
     @nn.compact
     def __call__(self, x):
@@ -100,10 +104,7 @@ class E2Conv(nn.Module):
     rings: tuple[float, ...] | None = None
     downsample: str = "symmetric"
 
-    def basis(self, g):
-        return e2_bases.transformed_basis(
-            g, self.kernel_size, self.dilation, self.frequency_cutoff, self.sigma, self.rings
-        )
+    basis = _steerable_basis
 
     @nn.compact
     def __call__(self, x):
