@@ -356,6 +356,24 @@ def _sync_processes(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def _join_new_threads(before: set, deadline: float) -> None:
+    """Wait (until ``deadline``) for the threads that are not in ``before`` to end.
+
+    ``threading.enumerate`` also lists a thread whose ``start()`` was called but which has not
+    begun to run; joining such a thread raises ``RuntimeError``, so it is looked at again.
+    """
+    me = threading.current_thread()
+    while time.monotonic() < deadline:
+        pending = [t for t in set(threading.enumerate()) - before if t is not me]
+        if not pending:
+            return
+        for t in pending:
+            try:
+                t.join(timeout=max(deadline - time.monotonic(), 0))
+            except RuntimeError:  # not running yet
+                time.sleep(0.01)
+
+
 class Writer:
     """Saves checkpoints of one run; opened only after the run passed every check.
 
@@ -406,9 +424,7 @@ class Writer:
         except Exception as e:  # noqa: BLE001 (tensorstore/orbax wrap OS errors in many types)
             # The other items' writer threads go on after one item failed: let them end (they
             # would write into the directory being removed) before removing it.
-            deadline = time.monotonic() + 30
-            for t in set(threading.enumerate()) - threads:
-                t.join(timeout=max(deadline - time.monotonic(), 0))
+            _join_new_threads(threads, deadline=time.monotonic() + 30)
             self._remove_partial(step)
             raise SaveError(self._failure(step, e, committed=False)) from e
         self.last_saved = step
