@@ -31,13 +31,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    from invjax import checkpoint, parallel, train
+    from invjax import checkpoint, parallel
+    from invjax.training.experiment import prepare
+    from invjax.training.state import state_factory
 
     config = runpy.run_path(args.config)["get_config"]()
     config.data.name = args.data
     workdir = tempfile.mkdtemp(prefix="invjax-manifest-bench-")
-    exp = train.prepare(config, workdir)
-    make, trees = train.state_factory(
+    exp = prepare(config, workdir)
+    make, trees = state_factory(
         exp.model,
         exp.tx,
         exp.dataset.image_shape,

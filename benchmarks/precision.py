@@ -145,8 +145,11 @@ def bench_layers(precisions, batch: int, reps: int) -> list[dict]:
 def bench_network(
     path: str, precisions, width_divisor: float, batch: int, reps: int, train_step: bool = True
 ) -> list:
-    from invjax import models, train
+    from invjax import models
     from invjax.data import datasets
+    from invjax.training.optimizer import make_optimizer
+    from invjax.training.state import init_variables, initial_state, state_factory
+    from invjax.training.steps import make_train_step
 
     config = runpy.run_path(path)["get_config"]()
     model_cfg = config.model
@@ -158,10 +161,10 @@ def bench_network(
     model = models.build(model_cfg)
     shape = tuple(datasets.DATASETS[config.data.name][0])
     x = photos(batch, shape[0])[..., : shape[2]]
-    abstract = jax.eval_shape(lambda k: train.init_variables(model, shape, k), jax.random.key(0))
-    tx = train.make_optimizer(config.train, 100, abstract["params"])
-    make, args = train.state_factory(model, tx, shape, 0, False)
-    state = train.initial_state(make, args, None)  # one compilation, not op-by-op
+    abstract = jax.eval_shape(lambda k: init_variables(model, shape, k), jax.random.key(0))
+    tx = make_optimizer(config.train, 100, abstract["params"])
+    make, args = state_factory(model, tx, shape, 0, False)
+    state = initial_state(make, args, None)  # one compilation, not op-by-op
     variables = state.variables()
     labels = jnp.arange(batch) % model_cfg.num_classes
     rows, steps = [], {}
@@ -175,7 +178,7 @@ def bench_network(
                 for n, e in EXACT_ELEMENTS.items()
             }
             t0 = time.perf_counter()
-            step = jax.jit(train.make_train_step(model, tx, "none", 0.5, 0.25))
+            step = jax.jit(make_train_step(model, tx, "none", 0.5, 0.25))
             if train_step:
                 jax.block_until_ready(step(state, images, labels))
             steps[p] = (step, err, time.perf_counter() - t0)

@@ -4,7 +4,7 @@
         [--per-device-batch 32] [--steps 10] [--fields 8] [--size 32] [--repeats 5] [--json FILE]
 
 Part 1 (devices): one jitted data-parallel train step (:mod:`invjax.parallel`, the step of
-:mod:`invjax.train`) of ``--config``'s model on meshes of the first 1, 2, 4 and 8 devices, with a
+:mod:`invjax.training.steps`) of ``--config``'s model on meshes of the first 1, 2, 4 and 8 devices, with a
 fixed batch per device (weak scaling: the global batch grows with the mesh). Without GPUs the
 script re-runs itself with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``: the forced
 CPU devices share this machine's cores, so their "speed-up" measures the overhead of sharding,
@@ -50,7 +50,10 @@ def bench_devices(config_path: str, per_device: int, steps: int) -> dict:
     import jax
     import ml_collections
 
-    from invjax import data, models, parallel, train
+    from invjax import data, models, parallel
+    from invjax.training.optimizer import make_optimizer
+    from invjax.training.state import create_state
+    from invjax.training.steps import batch_indices, make_train_step
 
     config = runpy.run_path(config_path)["get_config"]()
     ds = data.load(config.data)
@@ -66,12 +69,12 @@ def bench_devices(config_path: str, per_device: int, steps: int) -> dict:
             break
         mesh = parallel.make_mesh(devices[:n])
         batch = per_device * n
-        tx = train.make_optimizer(tc, 10)
+        tx = make_optimizer(tc, 10)
         step = parallel.jit_train_step(
-            train.make_train_step(model, tx, ds.augment, ds.mean, ds.std), mesh
+            make_train_step(model, tx, ds.augment, ds.mean, ds.std), mesh
         )
-        state = parallel.replicate(train.create_state(model, tx, ds.image_shape, 0, False), mesh)
-        idx = train.batch_indices(len(ds.train), batch, 0, 0, 0)
+        state = parallel.replicate(create_state(model, tx, ds.image_shape, 0, False), mesh)
+        idx = batch_indices(len(ds.train), batch, 0, 0, 0)
         x = parallel.gather_batch(ds.train.images, idx, mesh)
         y = parallel.gather_batch(ds.train.labels, idx, mesh)
         t = time.perf_counter()

@@ -127,8 +127,11 @@ def measure(case: dict) -> dict:
     import numpy as np
 
     from invjax import data as data_lib
-    from invjax import models, parallel, train
+    from invjax import models, parallel
     from invjax.ops import scale as scale_ops
+    from invjax.training.optimizer import make_optimizer, trainable_labels
+    from invjax.training.state import init_variables, state_factory
+    from invjax.training.steps import make_train_step
 
     name, config = load_config(case["dataset"], case["family"])
     tc = config.train
@@ -155,15 +158,11 @@ def measure(case: dict) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     with precision_scope(case["precision"]), scale_ops.auto_lowering(lowering or "auto"):
         model = models.build(config.model)
-        abstract = jax.eval_shape(
-            lambda r: train.init_variables(model, shape, r), jax.random.PRNGKey(0)
-        )
-        tx = train.make_optimizer(tc, 100, abstract["params"])
-        make, trees = train.state_factory(model, tx, shape, config.seed, bool(tc.select_best))
+        abstract = jax.eval_shape(lambda r: init_variables(model, shape, r), jax.random.PRNGKey(0))
+        tx = make_optimizer(tc, 100, abstract["params"])
+        make, trees = state_factory(model, tx, shape, config.seed, bool(tc.select_best))
         state = jax.jit(make, out_shardings=parallel.replicated(mesh))(trees)
-        step = parallel.jit_train_step(
-            train.make_train_step(model, tx, opts["augment"], mean, std), mesh
-        )
+        step = parallel.jit_train_step(make_train_step(model, tx, opts["augment"], mean, std), mesh)
         state, metrics = step(state, images, labels)
         jax.block_until_ready((state, metrics))
         first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -181,7 +180,7 @@ def measure(case: dict) -> dict:
     params = sum(int(np.prod(p.shape)) for p in leaves)
     trainable = params
     if tc.trainable is not None:
-        labels_tree = jax.tree.leaves(train.trainable_labels(state.params, tuple(tc.trainable)))
+        labels_tree = jax.tree.leaves(trainable_labels(state.params, tuple(tc.trainable)))
         trainable = sum(
             int(np.prod(p.shape)) for p, lab in zip(leaves, labels_tree) if lab == "trainable"
         )

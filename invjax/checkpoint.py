@@ -1,7 +1,7 @@
 """Orbax checkpoints of a run: train state, position, RNG and config; resume; integrity.
 
 Layout: ``WORKDIR/checkpoints/<step>/{state,meta}``. ``state`` is the whole
-:class:`invjax.train.TrainState` pytree (params, batch_stats, optimiser state, step, RNG key,
+:class:`invjax.training.state.TrainState` pytree (params, batch_stats, optimiser state, step, RNG key,
 other variable collections and the best-validation copy); ``meta`` is JSON (epoch position,
 running epoch sums, best validation error, elapsed time and the config). Orbax writes each step
 to a temporary directory and renames it when complete, so a process killed while saving leaves

@@ -436,11 +436,10 @@ def check_variables(model, image_shape, variables, workdir: str, model_cfg) -> N
     width): every variable the model needs, with its shape (compared abstractly, no compute)."""
     from flax import traverse_util
 
-    from invjax import checkpoint, train
+    from invjax import checkpoint
+    from invjax.training.state import init_variables
 
-    want = jax.eval_shape(
-        lambda k: train.init_variables(model, image_shape, k), jax.random.PRNGKey(0)
-    )
+    want = jax.eval_shape(lambda k: init_variables(model, image_shape, k), jax.random.PRNGKey(0))
     want = traverse_util.flatten_dict(dict(want), sep="/")
     have = traverse_util.flatten_dict(dict(variables), sep="/")
     missing = [k for k in want if k not in have]
@@ -523,9 +522,9 @@ def model_invariance(
         variables = checkpoint.load_params(workdir)
         check_variables(model, image_shape, variables, workdir, model_cfg)
     else:
-        from invjax import train
+        from invjax.training.state import init_variables
 
-        variables = train.init_variables(model, image_shape, jax.random.PRNGKey(config.seed))
+        variables = init_variables(model, image_shape, jax.random.PRNGKey(config.seed))
     fn = _model_features(model, variables, mean, std)
     out = {}
     with P.scope(precision):

@@ -25,8 +25,8 @@ failure during training stops with one message, keeping the last good checkpoint
 SIGTERM or SIGINT finishes the current step, saves a checkpoint there and exits with status
 128 + the signal number (143, 130); the same command resumes (README, "Under faults").
 Multi-stream configs with ``train.phases='two_phase'`` run both of the paper's phases (phase 1's
-stream runs in ``DIR/streams/<stream>``, then the head in ``DIR``; :mod:`invjax.experiment`).
-The work itself is in :mod:`invjax.train`.
+stream runs in ``DIR/streams/<stream>``, then the head in ``DIR``; :mod:`invjax.training.plan`).
+The work itself is in :mod:`invjax.training` (its map: :mod:`invjax.train`).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def _record() -> dict:
     }
 
 
-def _describe(plan, train) -> str:
+def _describe(plan, describe) -> str:
     """What ``--dry_run`` prints: each stage of the plan and, where prepared, its banner."""
     lines = [f"dry run: {plan.phases} experiment, {len(plan.stages)} stage(s); nothing computed"]
     for stage in plan.stages:
@@ -174,7 +174,7 @@ def _describe(plan, train) -> str:
             lines.append(f"{stage.name}: finished in {stage.workdir} (reused)")
         elif stage.experiment is not None:
             restored = stage.experiment.restored
-            lines.append(train.describe(stage.experiment, restored.step if restored else None))
+            lines.append(describe(stage.experiment, restored.step if restored else None))
         else:
             lines.append(f"{stage.name}: to run in {stage.workdir}")
     return "\n".join(lines)
@@ -182,18 +182,18 @@ def _describe(plan, train) -> str:
 
 def main(argv):
     del argv
-    from invjax import train
+    from invjax.training import signals
 
     if _WORKDIR.value is None or _CONFIG.value is None:
         _fail("both --config=configs/NAME.py and --workdir=DIR are required")
     if not flags.FLAGS["verbosity"].present:  # orbax logs every file it writes at INFO
         logging.set_verbosity(logging.WARNING)
-    with train.handle_signals():
+    with signals.handle_signals():
         try:
             results = _check_and_run(_CONFIG.value, _WORKDIR.value)
-        except train.Stopped as e:  # a checkpoint at the step reached was saved
+        except signals.Stopped as e:  # a checkpoint at the step reached was saved
             _fail(str(e), status=e.status, kind="")
-        except train.Interrupted as e:
+        except signals.Interrupted as e:
             _fail(
                 f"stopped by {e} outside training (nothing unsaved was lost); run the same "
                 "command to resume",
@@ -214,7 +214,10 @@ def _check_and_run(config, workdir_flag: str) -> dict | None:
     """
     import jax
 
-    from invjax import checkpoint, compilation_cache, experiment, parallel, train, workdir
+    from invjax import checkpoint, compilation_cache, parallel, workdir
+    from invjax.training import loop
+    from invjax.training import plan as plan_lib
+    from invjax.training.experiment import describe
 
     try:
         path = workdir.check(workdir_flag)
@@ -227,10 +230,10 @@ def _check_and_run(config, workdir_flag: str) -> dict | None:
         _fail(str(e))
     if _DRY_RUN.value:  # every check, no lock, nothing written
         try:
-            plan = experiment.check(config, workdir_flag)
+            plan = plan_lib.check(config, workdir_flag)
         except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
             _fail(str(e))
-        print(_describe(plan, train), flush=True)
+        print(_describe(plan, describe), flush=True)
         return None
     primary = jax.process_index() == 0
     bad_input = (ValueError, checkpoint.CheckpointError, FileNotFoundError)
@@ -239,22 +242,22 @@ def _check_and_run(config, workdir_flag: str) -> dict | None:
             existed = os.path.isdir(path)
             if existed and primary:
                 stack.enter_context(workdir.locked([path]))
-            plan = experiment.check(config, workdir_flag)  # every phase, before any compute
+            plan = plan_lib.check(config, workdir_flag)  # every phase, before any compute
             if not existed and primary:
                 stack.enter_context(workdir.locked([path]))
                 if set(os.listdir(path)) - {workdir.LOCK_FILE}:  # another run got there first
-                    plan = experiment.check(config, workdir_flag)
+                    plan = plan_lib.check(config, workdir_flag)
             if primary:
-                workdir.check_space(path, experiment.checkpoint_bytes(plan))
+                workdir.check_space(path, plan_lib.checkpoint_bytes(plan))
         except bad_input as e:  # WorkdirError (busy, full) too
             _fail(str(e))
         except OSError as e:
             _fail(f"--workdir={workdir_flag}: {e}")
         try:
-            return experiment.execute(plan, record=_record())
-        except (train.NonFiniteLossError, train.RunIOError, checkpoint.SaveError) as e:
+            return plan_lib.execute(plan, record=_record())
+        except (loop.NonFiniteLossError, loop.RunIOError, checkpoint.SaveError) as e:
             _fail(str(e), status=1)
-        except (experiment.StageError, workdir.WorkdirError) as e:
+        except (plan_lib.StageError, workdir.WorkdirError) as e:
             _fail(str(e))
 
 

@@ -176,9 +176,9 @@ def plan(
                     )
                 # single-stream runs first, so that dual / triple reuse their streams
                 point = [r for r in point if not r.multi] + [r for r in point if r.multi]
-                from invjax import experiment
+                from invjax.training import plan
 
-                sweep["_share_streams"](point, experiment)
+                sweep["_share_streams"](point, plan)
                 runs += point
     return runs, svm
 

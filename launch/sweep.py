@@ -211,7 +211,7 @@ def build(
     share: bool = True,
 ) -> list[Run]:
     """The sweep's runs, ordered by point (size, seed) and, within one, single-stream first."""
-    from invjax import experiment  # the same stream configs as the runs will compute
+    from invjax.training import plan  # the same stream configs as the runs will compute
 
     extra = dict(extra or {})
     runs: list[Run] = []
@@ -231,7 +231,7 @@ def build(
             seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
         realisations = dataset in ("mnist_scale", "scaled_digits")  # one split per seed
         name = variant_name(stem, variant)
-        multi = experiment.phases_of(base) == "two_phase"
+        multi = plan.phases_of(base) == "two_phase"
         for label, size_ov in size_list:
             for seed in seed_list:
                 ov = {**variant, **size_ov, "seed": seed}
@@ -246,7 +246,7 @@ def build(
         here = [r for r in runs if r.point == p]
         here = [r for r in here if not r.multi] + [r for r in here if r.multi]
         if share:
-            _share_streams(here, experiment)
+            _share_streams(here, plan)
         ordered += here
     return ordered
 
@@ -255,7 +255,7 @@ def _key(config) -> str:
     return config.to_json_best_effort(sort_keys=True)
 
 
-def _share_streams(runs: list[Run], experiment) -> None:
+def _share_streams(runs: list[Run], plan) -> None:
     """Point multi-stream runs' phase 1 at identical runs of the same point (see the docstring)."""
     owners: dict[str, str] = {}
     for run in runs:
@@ -263,12 +263,12 @@ def _share_streams(runs: list[Run], experiment) -> None:
         if not run.multi:
             owners.setdefault(_key(config), run.workdir)
             continue
-        for s in experiment.stream_names(config):
-            key = _key(experiment.stream_config(config, s))
+        for s in plan.stream_names(config):
+            key = _key(plan.stream_config(config, s))
             if key in owners:
                 run.overrides[f"phase1.{s}.workdir"] = owners[key]
             else:
-                owners[key] = os.path.join(run.workdir, experiment.STREAMS_SUBDIR, s)
+                owners[key] = os.path.join(run.workdir, plan.STREAMS_SUBDIR, s)
 
 
 def by_point(runs: Sequence[Run]) -> list[list[Run]]:

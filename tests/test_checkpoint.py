@@ -19,6 +19,10 @@ import pytest
 
 from invjax import checkpoint, data, models, train
 from invjax.models.simple import SimpleCNN
+from invjax.training import loop
+from invjax.training.experiment import prepare
+from invjax.training.loop import NonFiniteLossError, restore_metrics
+from invjax.training.state import init_variables
 
 # Reading a damaged checkpoint fails inside tensorstore; orbax's other pending reads then call
 # back into an asyncio loop that is already closed ("Event loop is closed", ignored at garbage
@@ -30,7 +34,7 @@ HOOK_CALLS: list[int] = []
 
 
 class HookedCNN(nn.Module):
-    """The tiny CNN plus a ``counters`` collection that its epoch-end hook sets."""
+    """The tiny CNN plus a ``counters`` collection that its ``on_epoch_end`` sets."""
 
     width: int = 4
     num_classes: int = 10
@@ -40,14 +44,10 @@ class HookedCNN(nn.Module):
         n = self.variable("counters", "epochs", lambda: jnp.zeros((), jnp.float32))
         return SimpleCNN(self.num_classes, self.width)(x, train) + 0.0 * n.value
 
-    def epoch_end_hooks(self):
-        return [_count_epochs]
-
-
-def _count_epochs(state, epochs_done, ctx):
-    HOOK_CALLS.append(epochs_done)
-    assert ctx.images.shape == (32, 28, 28, 1) and ctx.images.dtype == jnp.float32
-    return state.replace(extra={"counters": {"epochs": jnp.asarray(float(epochs_done))}})
+    def on_epoch_end(self, variables, epochs_done, images):
+        HOOK_CALLS.append(epochs_done)
+        assert images.shape == (32, 28, 28, 1) and images.dtype == jnp.float32
+        return {**variables, "counters": {"epochs": jnp.asarray(float(epochs_done))}}
 
 
 models.register("test_hooked_cnn")(
@@ -190,7 +190,7 @@ def test_unreadable_checkpoints_stop_before_compute(finished, tmp_path):
     corrupt(workdir, 8)
     before = snapshot(workdir)
     with pytest.raises(checkpoint.CheckpointError) as err:
-        train.prepare(config, workdir)
+        prepare(config, workdir)
     msg = str(err.value)
     assert msg.startswith(f"no readable checkpoint in {checkpoint.checkpoint_dir(workdir)}")
     assert "steps [4, 6, 8] all failed" in msg and "Nothing was changed" in msg
@@ -218,7 +218,7 @@ def test_bad_input_stops_before_compute_without_touching_checkpoints(finished, c
         config[section][key] = value
     before = snapshot(workdir)
     with pytest.raises(ValueError, match=match):
-        train.prepare(config, workdir)
+        prepare(config, workdir)
     assert snapshot(workdir) == before
 
 
@@ -238,7 +238,7 @@ models.register("test_rgb32")(lambda cfg: RGB32(cfg.num_classes))
 def test_nan_loss_stops_naming_the_step_and_keeps_last_good_checkpoint(tmp_path):
     workdir = str(tmp_path / "run")
     config = tiny_config(checkpoint_every_steps=2)
-    exp = train.prepare(config, workdir)
+    exp = prepare(config, workdir)
     ds = exp.dataset
     # Batch 4 (step 4) of epoch 0 is order[96:100] + order[0:28]: sample order[97] is first
     # seen there. A label outside 0..9 makes that step's cross-entropy NaN. (A NaN *pixel* is
@@ -247,8 +247,8 @@ def test_nan_loss_stops_naming_the_step_and_keeps_last_good_checkpoint(tmp_path)
     labels = ds.train.labels.copy()
     labels[j] = 99
     exp.dataset = dataclasses.replace(ds, train=data.Split(ds.train.images, labels))
-    with pytest.raises(train.NonFiniteLossError, match=r"loss is nan at step 4 .*step 2\) is kept"):
-        train.run(exp)
+    with pytest.raises(NonFiniteLossError, match=r"loss is nan at step 4 .*step 2\) is kept"):
+        loop.run(exp)
     assert checkpoint.list_steps(workdir) == [2]
     kept = checkpoint.restore_latest(workdir)
     assert all(np.isfinite(x).all() for x in leaves(kept.state["params"]))
@@ -282,9 +282,7 @@ def test_phase_two_loads_a_stream_and_keeps_it_frozen(finished, tmp_path):
     state = checkpoint.restore_latest(workdir).state
     assert_bit_identical(state["params"]["a"], source["params"]["SimpleCNN_0"])
     assert_bit_identical(state["batch_stats"]["a"], source["batch_stats"]["SimpleCNN_0"])
-    fresh = jax.eval_shape(
-        lambda: train.init_variables(TwoStream(), (28, 28, 1), jax.random.PRNGKey(0))
-    )
+    fresh = jax.eval_shape(lambda: init_variables(TwoStream(), (28, 28, 1), jax.random.PRNGKey(0)))
     n_a = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(fresh["params"]["a"]))
     assert results["trainable_params"] == results["params"] - n_a
     # Between the checkpoints of steps 3 and 4, b and the head trained, a did not.
@@ -358,23 +356,23 @@ def test_restore_metrics_rebuilds_repairs_or_keeps_the_history(tmp_path, caplog,
     text = "".join(json.dumps(r) + "\n" for r in recs)
     restored = checkpoint.Restored(8, None, {"records": recs}, [])
     # missing: rebuilt, with a message
-    assert train.restore_metrics(str(tmp_path), restored) == recs
+    assert restore_metrics(str(tmp_path), restored) == recs
     assert path.read_text() == text and "was missing: rebuilt" in capsys.readouterr().err
     # later records (work about to be redone) and a line cut short: as the checkpoint says
     path.write_text(text + json.dumps(dict(recs[0], step=12)) + '\n{"step": 1')
-    train.restore_metrics(str(tmp_path), restored)
+    restore_metrics(str(tmp_path), restored)
     assert path.read_text().startswith(text)  # the Reporter drops step 12 itself
     assert not os.path.exists(str(path) + ".bak") and not capsys.readouterr().err
     # a lost record: rebuilt, the earlier file kept
     path.write_text(json.dumps(recs[1]) + "\n")
-    train.restore_metrics(str(tmp_path), restored)
+    restore_metrics(str(tmp_path), restored)
     assert path.read_text() == text
     assert open(str(path) + ".bak").read() == json.dumps(recs[1]) + "\n"
     assert "disagreed with the checkpoint" in capsys.readouterr().err
     # a checkpoint from before records were stored: the file is the history, or a warning
     old = checkpoint.Restored(8, None, {}, [])
-    assert train.restore_metrics(str(tmp_path), old) == recs
+    assert restore_metrics(str(tmp_path), old) == recs
     os.remove(path)
     with caplog.at_level(logging.WARNING):
-        assert train.restore_metrics(str(tmp_path), old) == []
+        assert restore_metrics(str(tmp_path), old) == []
     assert any("holds no records to rebuild it" in r.getMessage() for r in caplog.records)

@@ -14,7 +14,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from invjax import data, experiment, models, train
+from invjax import data, models
+from invjax.training import plan
+from invjax.training.experiment import flat_config
+from invjax.training.optimizer import validate_train_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 HELPERS = ("common", "models")  # configs/ files that are not experiments
@@ -67,8 +70,8 @@ def test_config_loads_names_its_command_and_builds(name):
     assert first == f"python -m invjax.main --config=configs/{name}.py --workdir=runs/{name}"
     config = module["get_config"]()
     data.check_config(config.data)
-    train.validate_train_config(config.train)
-    phases = experiment.phases_of(config)
+    validate_train_config(config.train)
+    phases = plan.phases_of(config)
     model = models.build(tiny(config.model))
     shape = data.DATASETS[config.data.name][0]
     x = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
@@ -77,12 +80,12 @@ def test_config_loads_names_its_command_and_builds(name):
     )
     chex.assert_shape(logits, (2, 10))
     if phases == "two_phase":
-        names = experiment._check_two_phase(config)
+        names = plan._check_two_phase(config)
         assert set(names) <= set(variables["params"])
         for s in names:
-            train.validate_train_config(experiment.stream_config(config, s).train)
+            validate_train_config(plan.stream_config(config, s).train)
     elif phases == "end_to_end":
-        experiment._check_end_to_end(config)
+        plan._check_end_to_end(config)
 
 
 # ----------------------------------------------------------------------------- the paper's recipes
@@ -139,12 +142,12 @@ def test_two_phase_configs_follow_the_paper(ds, kind):
     assert tc.num_epochs * div == epochs
     assert tuple(b * div for b in tc.lr_boundaries) == bounds
     streams = ("e2", "scale", "std") if kind.startswith("triple") else ("e2", "scale")
-    assert experiment.stream_names(config) == streams
+    assert plan.stream_names(config) == streams
     files = {"e2": f"{ds}_e2_ii", "scale": f"{ds}_scale_ii", "std": f"{ds}_std"}
     for s in streams:
         own = get(files[s])
-        phase1 = experiment.stream_config(config, s)
-        a, b = train._flat_config(phase1), train._flat_config(own)
+        phase1 = plan.stream_config(config, s)
+        a, b = flat_config(phase1), flat_config(own)
         diff = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
         if kind.endswith("star"):  # the constant-parameter streams: widths / sqrt(n_streams)
             assert diff == {"model.width_divisor"}
@@ -173,7 +176,7 @@ def test_table4_and_end_to_end_variants():
     e2e = get("stl10_dual_star_end_to_end")
     assert e2e.train.phases == "end_to_end" and not e2e.model.freeze_streams
     assert e2e.train.trainable is None and e2e.train.num_epochs == 1000
-    assert experiment.stream_names(e2e) == ("e2", "scale")
+    assert plan.stream_names(e2e) == ("e2", "scale")
     for s in ("e2", "scale"):
         assert e2e.model.streams[s].width_divisor == pytest.approx(math.sqrt(2))
 
@@ -207,7 +210,7 @@ def test_heads_ablation_is_an_override():
         c = config.copy_and_resolve_references()
         c.model.head = head
         models.build(tiny(c.model))  # a valid head for the triple stream
-        trainable = experiment.head_config(c, "/tmp/w").train.trainable
+        trainable = plan.head_config(c, "/tmp/w").train.trainable
         assert trainable == (("classifier",) if head == "concat" else ("head", "classifier"))
 
 
@@ -219,9 +222,9 @@ def test_three_standard_streams_are_three_runs():
     seeds = set()
     for slot in ("e2", "scale", "std"):
         assert config.model.streams[slot].family == "std"
-        phase1 = experiment.stream_config(config, slot)
+        phase1 = plan.stream_config(config, slot)
         seeds.add(phase1.seed)
-        a, b = train._flat_config(phase1), train._flat_config(own)
+        a, b = flat_config(phase1), flat_config(own)
         assert {k for k in set(a) | set(b) if a.get(k) != b.get(k)} <= {"seed"}
     assert seeds == {config.seed, config.seed + 1, config.seed + 2}
 

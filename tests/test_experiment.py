@@ -1,4 +1,4 @@
-"""Two-phase multi-stream training (invjax.experiment) end to end on tiny digits networks: phase 1
+"""Two-phase multi-stream training (invjax.training.plan) end to end on tiny digits networks: phase 1
 as separate runs, phase 2 on the frozen streams, reuse of finished phases, resume of either phase
 (bit-identical to an uninterrupted run), and bad input stopped before any compute.
 
@@ -22,7 +22,9 @@ import jax
 import numpy as np
 import pytest
 
-from invjax import checkpoint, experiment, train
+from invjax import checkpoint
+from invjax.training import plan
+from invjax.training.experiment import flat_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
@@ -273,7 +275,7 @@ def test_bad_input_stops_before_any_compute(tmp_path, change, match):
     }[last]
     workdir = tmp_path / "w"
     with pytest.raises(ValueError, match=expected):
-        experiment.check(config, str(workdir))
+        plan.check(config, str(workdir))
     assert not workdir.exists()
 
 
@@ -283,7 +285,7 @@ def test_a_workdir_of_another_experiment_is_refused(finished):
     other.train.learning_rate = 0.5  # phase 2's recipe differs from the stored one
     before = snapshot(workdir)
     with pytest.raises(ValueError, match="holds checkpoints of a different experiment"):
-        experiment.check(other, workdir)
+        plan.check(other, workdir)
     assert snapshot(workdir) == before
 
 
@@ -293,7 +295,7 @@ def test_stream_config_is_the_single_stream_config_file():
     config = runpy.run_path(str(CONFIGS / "digits_triple.py"))["get_config"]()
     for s in ("e2", "scale", "std"):
         own = runpy.run_path(str(CONFIGS / f"digits_{s}.py"))["get_config"]()
-        assert train._flat_config(experiment.stream_config(config, s)) == train._flat_config(own)
+        assert flat_config(plan.stream_config(config, s)) == flat_config(own)
 
 
 # ----------------------------------------------------------------------------- the command line

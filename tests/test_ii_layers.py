@@ -293,19 +293,24 @@ def test_pruning_keeps_exactly_keep_pairs_and_is_deterministic(digit_batch):
         L.prune_monomials(pruned, {("ii",): rel_}, keep=13)
 
 
-def test_pruning_schedule_25_12_5(digit_batch):
+def test_measured_relevance_prunes_25_12_5(digit_batch):
+    """Pruning by measured relevance on the Scaled-MNIST schedule (the model owns the schedule:
+    tests/test_models_mnist.py) keeps 25, then 12, then 5 pairs."""
+    from invjax.models.mnist import PRUNING_SCHEDULE
+
     model = _MonomialHead()
     v = model.init(KEY, digit_batch)
-
-    def next_kernels(variables):
-        return {("ii",): variables["params"]["dense"]["kernel"]}
-
+    kernels = {("ii",): v["params"]["dense"]["kernel"]}
+    rel = L.measured_relevance(model.apply, v, digit_batch, kernels)
+    feats = L.collect_invariant_features(model.apply, v, digit_batch)[("ii",)]
+    np.testing.assert_allclose(rel[("ii",)], L.monomial_relevance(feats, kernels[("ii",)]))
     counts = []
     for epochs_done in range(1, 13):
-        v = L.apply_pruning_schedule(v, epochs_done, model.apply, digit_batch, next_kernels)
+        if epochs_done in PRUNING_SCHEDULE:
+            rel = L.measured_relevance(model.apply, v, digit_batch, kernels)
+            v = L.prune_monomials(v, rel, PRUNING_SCHEDULE[epochs_done])
         counts.append(int(np.asarray(v["ii_mask"]["ii"]["mask"]).sum()))
     assert counts == [25] * 4 + [12] * 5 + [5] * 3
-    assert L.MONOMIAL_PRUNING_SCHEDULE == {5: 12, 10: 5}
 
 
 def test_prune_mask_ties_go_to_the_lower_index():
@@ -314,27 +319,3 @@ def test_prune_mask_ties_go_to_the_lower_index():
         L.prune_mask(mask, np.array([1, 3, 3, 3, 0, 2.0]), 2), [0, 1, 1, 0, 0, 0]
     )
     np.testing.assert_array_equal(L.prune_mask(mask, np.full(6, np.nan), 1), [1, 0, 0, 0, 0, 0])
-
-
-def test_pruning_hook_for_the_trainer(digit_batch):
-    import dataclasses
-
-    model = _MonomialHead()
-
-    @dataclasses.dataclass
-    class State:  # the two methods of invjax.train.TrainState the hook uses
-        v: dict
-
-        def variables(self):
-            return self.v
-
-        def replace_variables(self, variables):
-            return State(variables)
-
-    ctx = type("Ctx", (), {"model": model, "images": digit_batch})()
-    hook = L.make_pruning_hook(lambda v: {("ii",): v["params"]["dense"]["kernel"]})
-    state = State(model.init(KEY, digit_batch))
-    assert hook(state, 0, ctx) is state  # nothing scheduled after 0 epochs
-    for epochs_done, want in ((5, 12), (10, 5)):
-        state = hook(state, epochs_done, ctx)
-        assert int(np.asarray(state.v["ii_mask"]["ii"]["mask"]).sum()) == want

@@ -82,35 +82,27 @@ def test_monomial_network_forward_and_train_step():
     assert set(state["batch_stats"]) == {"bn1", "bn2", "bn3", "bn_fc1"}
 
 
-def test_monomial_network_registers_pruning_hook_25_12_5():
-    """The trainer's epoch-end hook prunes the monomial pairs 25 -> 12 -> 5 after epochs 5, 10."""
-    import types
+def test_monomial_network_prunes_25_12_5_at_epoch_ends():
+    """The trainer's epoch-end call prunes the monomial pairs 25 -> 12 -> 5 after epochs 5, 10."""
+    from invjax.models.mnist import PRUNING_SCHEDULE
 
     x = digits28()
     m = ScaledMNISTNet(head="ii_monomials", widths=(4, 4, 4), hidden=8, upsample="none")
     v = m.init(jax.random.PRNGKey(0), x)
-    (hook,) = m.epoch_end_hooks()
-    assert ScaledMNISTNet(head="ii", widths=(4, 4, 4)).epoch_end_hooks() == []
-
-    class State:  # the two methods of train.TrainState that the hook uses
-        def __init__(self, v):
-            self.v = v
-
-        def variables(self):
-            return self.v
-
-        def replace_variables(self, v):
-            return State(v)
-
-    ctx = types.SimpleNamespace(model=m, images=x)
-    state, kept = State(v), []
+    assert PRUNING_SCHEDULE == {5: 12, 10: 5}
+    other = ScaledMNISTNet(head="ii", widths=(4, 4, 4), hidden=8, upsample="none")
+    v_other = other.init(jax.random.PRNGKey(0), x)
+    assert other.on_epoch_end(v_other, 5, x) is v_other  # no monomials: nothing to prune
+    assert m.on_epoch_end(v, 0, x) is v  # nothing scheduled after 0 epochs
+    kept = []
     for epochs_done in range(12):
-        state = hook(state, epochs_done, ctx)
-        kept.append(int(np.sum(state.v["ii_mask"]["ii"]["mask"])))
+        new = m.on_epoch_end(v, epochs_done, x)
+        assert (new is v) == (epochs_done not in PRUNING_SCHEDULE)
+        v = new
+        kept.append(int(np.sum(v["ii_mask"]["ii"]["mask"])))
     assert kept == [25] * 5 + [12] * 5 + [5] * 2
-    np.testing.assert_array_equal(
-        np.asarray(state.v["params"]["fc1"]["kernel"]), np.asarray(v["params"]["fc1"]["kernel"])
-    )
+    # Pruning changes only the mask: the parameters are still those of init.
+    chex.assert_trees_all_equal(v["params"], m.init(jax.random.PRNGKey(0), x)["params"])
 
 
 @pytest.mark.parametrize("method", ["nearest", "bicubic"])

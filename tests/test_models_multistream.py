@@ -1,4 +1,4 @@
-"""Multi-stream networks: stream subtrees and load_streams, frozen streams, head algebra, and the
+"""Multi-stream networks: stream subtrees and grafting phase-1 streams, frozen streams, head algebra, and the
 invariance of each stream's features and of the combined logits on real photos and digits."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 from invjax import groups as G
 from invjax.layers.heads import StreamCombination
 from invjax.models import build
-from invjax.models.multistream import MultiStreamNetwork, load_streams
+from invjax.models.multistream import MultiStreamNetwork
 from invjax.models.wrn import WideResNet, wrn_widths
+from invjax.training.state import graft
 
 D4 = G.dihedral(4)
 MODELS = runpy.run_path(str(pathlib.Path(__file__).parents[1] / "configs" / "models.py"))
@@ -48,7 +49,7 @@ def dual(photo_batch):
     return net, v, xs, run
 
 
-def test_stream_subtrees_and_load_streams(dual):
+def test_stream_subtrees_and_graft_of_a_phase1_stream(dual):
     net, v, xs, run = dual
     assert set(v["params"]) == {"e2", "scale", "head", "classifier"}
     assert set(v["params"]["head"]) == {"map_scale", "weight_e2", "weight_scale"}
@@ -59,7 +60,8 @@ def test_stream_subtrees_and_load_streams(dual):
     c = v["params"]["e2"]["ii"]["kernel"].shape[-1]
     params = {**params, "classifier": {"kernel": jnp.ones((c, 10)), "bias": jnp.zeros((10,))}}
     single_vars = {"params": params, "batch_stats": v["batch_stats"]["e2"]}
-    loaded = load_streams(v, {"e2": single_vars})
+    loaded, skipped = graft(v, single_vars, "", "e2")
+    assert skipped == 2  # the single network's classifier kernel and bias
     assert "classifier" not in loaded["params"]["e2"]
     chex.assert_trees_all_equal(
         loaded["params"]["e2"], {k: t for k, t in params.items() if k != "classifier"}
@@ -73,10 +75,10 @@ def test_stream_subtrees_and_load_streams(dual):
     wrong = jax.eval_shape(
         tiny("e2", groups=("D4",) * 3).clone(width_divisor=1.0).init, jax.random.PRNGKey(0), xs
     )
-    with pytest.raises(ValueError, match="does not match"):
-        load_streams(v, {"e2": wrong})
-    with pytest.raises(ValueError, match="unknown"):
-        load_streams(v, {"rot": single_vars})
+    with pytest.raises(ValueError, match="has shape"):
+        graft(v, wrong, "", "e2")
+    with pytest.raises(ValueError, match="no parameters under 'rot'"):
+        graft(v, single_vars, "", "rot")
 
 
 def _loss_grads(model, v, x):

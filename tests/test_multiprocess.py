@@ -239,7 +239,8 @@ def test_eight_devices_match_one_device(single, env, tmp_path):
 _FEED = textwrap.dedent(
     """
     import json, sys, jax, numpy as np
-    from invjax import parallel, train
+    from invjax import parallel
+    from invjax.training.steps import batch_indices, eval_batches
     parallel.initialize_distributed()
     assert jax.process_count() == 2 and jax.local_device_count() == 3
     # A mesh whose devices are not ordered process by process.
@@ -255,7 +256,7 @@ _FEED = textwrap.dedent(
 
     data = np.arange(100 * 2, dtype=np.float32).reshape(100, 2)
     src = Recorder(data)
-    idx = train.batch_indices(100, 12, 0, 1, 3)
+    idx = batch_indices(100, 12, 0, 1, 3)
     x = parallel.gather_batch(src, idx, mesh)
     total = jax.jit(lambda x: x.sum(0), out_shardings=parallel.replicated(mesh))(x)
     rows = parallel.local_rows(12, mesh)
@@ -264,7 +265,7 @@ _FEED = textwrap.dedent(
     step = parallel.jit_eval_step(
         lambda v, x, y, m: {"n": m.sum(), "s": (x[:, 0] * m).sum()}, mesh)
     outs = [step({}, parallel.gather_batch(data, i, mesh), parallel.gather_batch(data[:, 0], i, mesh),
-                  parallel.shard_batch(m, mesh)) for i, m in train.eval_batches(23, 6)]
+                  parallel.shard_batch(m, mesh)) for i, m in eval_batches(23, 6)]
     print(json.dumps({
         "rows": rows, "read": sorted(src.read), "want": sorted(want),
         "total": np.asarray(total).tolist(), "expect": data[idx].sum(0).tolist(),

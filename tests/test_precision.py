@@ -8,12 +8,13 @@ import ml_collections
 import numpy as np
 import pytest
 
-from invjax import certificate, compilation_cache, train
+from invjax import certificate, compilation_cache
 from invjax import groups as G
 from invjax import precision as P
 from invjax.layers.e2 import E2Conv, E2LiftConv
 from invjax.models.wrn import WideResNet
 from invjax.ops.conv import conv2d
+from invjax.training.state import init_variables
 
 
 def rel(a, b):
@@ -120,7 +121,7 @@ def test_exact_elements_follow_the_last_group():
 def test_certificate_of_an_e2_network_on_photos(photo_batch):
     cfg = _e2_config(("D4", "D4", "D4"))
     model = WideResNet(family="e2", depth=10, widen_factor=1, groups=cfg.groups, width_divisor=4.0)
-    variables = train.init_variables(model, (32, 32, 3), jax.random.PRNGKey(0))
+    variables = init_variables(model, (32, 32, 3), jax.random.PRNGKey(0))
     cert = certificate.certify(model, variables, cfg, photo_batch, 0.5, 0.25, ("highest",))
     exact = cert["by_precision"]["highest"]
     assert cert["exact_elements"] == list(exact["max_relative_error"])

@@ -12,7 +12,8 @@ import jax
 import numpy as np
 import pytest
 
-from invjax import models, train
+from invjax import models
+from invjax.training.state import init_variables
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "throughput.py"
@@ -82,7 +83,7 @@ def test_one_row_through_the_real_train_step():
     _, config = T["load_config"]("digits", "std")
     config.model.width_divisor = 8.0
     variables = jax.eval_shape(
-        lambda r: train.init_variables(models.build(config.model), (28, 28, 1), r),
+        lambda r: init_variables(models.build(config.model), (28, 28, 1), r),
         jax.random.PRNGKey(0),
     )
     params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(variables["params"]))

@@ -17,7 +17,18 @@ import numpy as np
 import optax
 import pytest
 
-from invjax import data, models, parallel, train
+from invjax import data, models, parallel
+from invjax.training import loop
+from invjax.training.experiment import prepare
+from invjax.training.optimizer import (
+    _path,
+    lr_schedule,
+    make_optimizer,
+    trainable_labels,
+    validate_train_config,
+)
+from invjax.training.state import create_state, graft, init_variables
+from invjax.training.steps import batch_indices, make_train_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,7 +101,7 @@ def test_optimizer_matches_pytorch_l2(kind, kw):
     tc = train_config(learning_rate=0.05, lr_boundaries=(2,), lr_decay_factor=0.2, **kw)
     steps = 10
     lrs = [0.05 * (0.2 if t >= 6 else 1.0) for t in range(steps)]
-    got = run_optax(train.make_optimizer(tc, steps_per_epoch=3), steps)
+    got = run_optax(make_optimizer(tc, steps_per_epoch=3), steps)
     if kind == "adam":
         want = torch_adam(lrs, 0.05)
         decoupled = run_optax(optax.adamw(0.05, weight_decay=0.05), steps)
@@ -104,14 +115,14 @@ def test_optimizer_matches_pytorch_l2(kind, kw):
 
 
 def test_schedule_boundaries_are_epoch_starts():
-    sched = train.lr_schedule(0.1, (2, 5), 0.1, steps_per_epoch=10)
+    sched = lr_schedule(0.1, (2, 5), 0.1, steps_per_epoch=10)
     lr = {c: float(sched(c)) for c in (0, 19, 20, 49, 50, 99)}
     # count = updates done before this one: update 20 is the first of epoch 2.
     assert lr[0] == lr[19] == pytest.approx(0.1, rel=1e-6)
     assert lr[20] == lr[49] == pytest.approx(0.01, rel=1e-6)
     assert lr[50] == lr[99] == pytest.approx(0.001, rel=1e-6)
     # As used by the optimiser: the 21st update moves a unit gradient by 0.01, the 20th by 0.1.
-    tx = train.make_optimizer(
+    tx = make_optimizer(
         train_config(learning_rate=0.1, momentum=0.0, weight_decay=0.0, lr_boundaries=(2, 5)), 10
     )
     p = {"w": jnp.zeros(())}
@@ -141,12 +152,12 @@ def tiny_model(num_classes=10):
 def test_freezing_keeps_frozen_params_bit_identical(digits):
     model = tiny_model()
     params = jax.eval_shape(
-        lambda: train.init_variables(model, digits.image_shape, jax.random.PRNGKey(0))
+        lambda: init_variables(model, digits.image_shape, jax.random.PRNGKey(0))
     )["params"]
     tc = train_config(trainable=("Dense_0",), weight_decay=0.1, learning_rate=0.5)
-    tx = train.make_optimizer(tc, 4, params)
-    state = train.create_state(model, tx, digits.image_shape, 0, False)
-    step = jax.jit(train.make_train_step(model, tx, "none", digits.mean, digits.std))
+    tx = make_optimizer(tc, 4, params)
+    state = create_state(model, tx, digits.image_shape, 0, False)
+    step = jax.jit(make_train_step(model, tx, "none", digits.mean, digits.std))
     s = state
     for i in range(3):
         s, m = step(
@@ -171,13 +182,13 @@ def test_freezing_keeps_frozen_params_bit_identical(digits):
 def test_trainable_prefix_must_match(digits):
     model = tiny_model()
     params = jax.eval_shape(
-        lambda: train.init_variables(model, digits.image_shape, jax.random.PRNGKey(0))
+        lambda: init_variables(model, digits.image_shape, jax.random.PRNGKey(0))
     )["params"]
-    labels = train.trainable_labels(params, ("BatchNorm_1", "Dense_0/bias"))
-    flat = {train._path(k): v for k, v in jax.tree_util.tree_flatten_with_path(labels)[0]}
+    labels = trainable_labels(params, ("BatchNorm_1", "Dense_0/bias"))
+    flat = {_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(labels)[0]}
     assert sum(v == "trainable" for v in flat.values()) == 3  # BN_1 scale, bias + dense bias
     with pytest.raises(ValueError, match=r"'Dense' matches no parameter.*Dense_0"):
-        train.trainable_labels(params, ("Dense",))  # whole components only
+        trainable_labels(params, ("Dense",))  # whole components only
 
 
 def test_graft_copies_subtree_and_checks_shapes():
@@ -189,27 +200,27 @@ def test_graft_copies_subtree_and_checks_shapes():
         "params": {"conv": {"kernel": jnp.ones((3, 3))}, "classifier": {"w": jnp.ones(5)}},
         "batch_stats": {"bn": {"mean": jnp.full(3, 2.0)}},
     }
-    out, skipped = train.graft(target, source, "", "e2")
+    out, skipped = graft(target, source, "", "e2")
     assert skipped == 1  # the source's own classifier is left out
     np.testing.assert_array_equal(out["params"]["e2"]["conv"]["kernel"], np.ones((3, 3)))
     np.testing.assert_array_equal(out["batch_stats"]["e2"]["bn"]["mean"], np.full(3, 2.0))
     np.testing.assert_array_equal(out["params"]["head"]["w"], np.zeros(2))
     bad = {"params": {"conv": {"kernel": jnp.ones((3, 4))}}}
     with pytest.raises(ValueError, match=r"params/e2/conv/kernel has shape \(3, 3\).*\(3, 4\)"):
-        train.graft(target, bad, "", "e2")
+        graft(target, bad, "", "e2")
     with pytest.raises(ValueError, match="have no value in the source"):
-        train.graft(target, {"params": {"other": {"kernel": jnp.ones((3, 3))}}}, "", "e2")
+        graft(target, {"params": {"other": {"kernel": jnp.ones((3, 3))}}}, "", "e2")
 
 
 def test_batches_cover_each_sample_once_per_epoch():
     n, bsz = 100, 32  # ceil(100/32) = 4 batches, the last completed with the first 28 samples
-    batches = [train.batch_indices(n, bsz, 3, 1, i) for i in range(4)]
+    batches = [batch_indices(n, bsz, 3, 1, i) for i in range(4)]
     flat = np.concatenate(batches)
     assert flat.shape == (128,)
     assert set(flat[:100]) == set(range(n))
     np.testing.assert_array_equal(flat[100:], flat[:28])
-    np.testing.assert_array_equal(train.batch_indices(n, bsz, 3, 1, 2), batches[2])
-    assert not np.array_equal(train.batch_indices(n, bsz, 3, 2, 0), batches[0])
+    np.testing.assert_array_equal(batch_indices(n, bsz, 3, 1, 2), batches[2])
+    assert not np.array_equal(batch_indices(n, bsz, 3, 2, 0), batches[0])
 
 
 @pytest.mark.parametrize(
@@ -231,7 +242,7 @@ def test_invalid_train_config_is_named(key, value, match):
     with tc.unlocked():
         tc[key] = value
     with pytest.raises(ValueError, match=match):
-        train.validate_train_config(tc)
+        validate_train_config(tc)
 
 
 def test_batch_must_split_over_devices():
@@ -244,7 +255,9 @@ def test_batch_must_split_over_devices():
 _TWO_DEVICES = textwrap.dedent(
     """
     import json, jax, numpy as np, ml_collections
-    from invjax import data, models, parallel, train
+    from invjax import data, models, parallel
+    from invjax.training.optimizer import make_optimizer
+    from invjax.training.steps import make_train_step
     assert jax.device_count() == 2, jax.devices()
     cfg = data.default_config(); cfg.name = "digits"; cfg.n_train = 100
     ds = data.load(cfg)
@@ -252,16 +265,16 @@ _TWO_DEVICES = textwrap.dedent(
     tc = ml_collections.ConfigDict(dict(optimizer="sgd", learning_rate=0.1, momentum=0.9,
         nesterov=True, weight_decay=5e-4, lr_boundaries=(1,), lr_decay_factor=0.1,
         trainable=None))
-    tx = train.make_optimizer(tc, 2)
+    tx = make_optimizer(tc, 2)
     out = {}
     for n in (1, 2):
         mesh = parallel.make_mesh(jax.devices()[:n])
         step = parallel.jit_train_step(
-            train.make_train_step(model, tx, "crop_flip", ds.mean, ds.std), mesh)
-        state = parallel.replicate(train.create_state(model, tx, ds.image_shape, 0, False), mesh)
+            make_train_step(model, tx, "crop_flip", ds.mean, ds.std), mesh)
+        state = parallel.replicate(create_state(model, tx, ds.image_shape, 0, False), mesh)
         losses = []
         for i in range(3):
-            idx = train.batch_indices(len(ds.train), 32, 0, i // 2, i % 2)
+            idx = batch_indices(len(ds.train), 32, 0, i // 2, i % 2)
             x = parallel.shard_batch(ds.train.images[idx], mesh)
             y = parallel.shard_batch(ds.train.labels[idx], mesh)
             if n == 2:
@@ -305,8 +318,8 @@ def test_two_devices_match_one_device():
 
 def test_train_state_roundtrip_through_variables():
     model = tiny_model()
-    tx = train.make_optimizer(train_config(), 4)
-    state = train.create_state(model, tx, (28, 28, 1), 0, True)
+    tx = make_optimizer(train_config(), 4)
+    state = create_state(model, tx, (28, 28, 1), 0, True)
     chex.assert_trees_all_equal(state.best["params"], state.params)
     again = state.replace_variables(state.variables())
     chex.assert_trees_all_equal(again.params, state.params)
@@ -325,9 +338,9 @@ def test_trains_on_tfds_uint8_images_under_mock_data(tmp_path):
     with config.unlocked():
         config.model.width = 4
     with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE):
-        exp = train.prepare(config, str(tmp_path))
+        exp = prepare(config, str(tmp_path))
         assert exp.dataset.train.images.dtype == np.uint8 and exp.dataset.augment == "crop_flip"
-        results = train.run(exp)
+        results = loop.run(exp)
     # mock_data: 40 examples per split; the 80:20 validation split leaves 32 for training.
     assert (results["n_train"], results["n_val"], results["n_test"]) == (32, 8, 40)
     assert results["steps"] == 2 and 0.0 <= results["test_error"] <= 100.0

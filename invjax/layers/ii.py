@@ -29,9 +29,9 @@ Monomial pruning (Section 5, "n_m = {25, 12, 5} monomial pairs after 0, 5 and 10
   ``j`` varies over a batch times the norm of its row in the next dense layer's kernel
   ``W [P, D]`` (without ``W``, the std alone). A feature that does not vary carries no
   information, and one the classifier ignores has a small row. :func:`prune_monomials` keeps the
-  ``keep`` most relevant active pairs (ties go to the lower index: deterministic);
-  :data:`MONOMIAL_PRUNING_SCHEDULE` and :func:`apply_pruning_schedule` drive it from a trainer's
-  epoch-end hook.
+  ``keep`` most relevant active pairs (ties go to the lower index: deterministic), ranked by
+  :func:`measured_relevance`. When to prune is the model's business (the schedule of the
+  Scaled-MNIST monomial network: :meth:`invjax.models.mnist.ScaledMNISTNet.on_epoch_end`).
 """
 
 from __future__ import annotations
@@ -48,10 +48,6 @@ from invjax.ops import ii as ops
 
 MASK_COLLECTION = "ii_mask"
 FEATURES_NAME = "invariant_features"
-
-MONOMIAL_PRUNING_SCHEDULE: dict[int, int] = {5: 12, 10: 5}
-"""``{epochs completed: pairs kept}``: 25 pairs at the start (``n_pairs``), 12 once 5 epochs are
-done, 5 once 10 are done (the paper's ``n_m = {25, 12, 5}`` after 0, 5 and 10 epochs)."""
 
 _METHODS = ("fast", "reference", "weight_map")
 
@@ -423,63 +419,27 @@ def collect_invariant_features(apply_fn, variables, images, **kwargs) -> dict:
     return sown_features(state.get("intermediates", {}))
 
 
-def apply_pruning_schedule(
-    variables,
-    epochs_done: int,
-    apply_fn,
-    images,
-    next_kernels: Mapping | Callable | None = None,
-    schedule: Mapping[int, int] = MONOMIAL_PRUNING_SCHEDULE,
-    **apply_kwargs,
-):
-    """Epoch-end hook body: prune every monomial layer if ``epochs_done`` is in ``schedule``.
+def measured_relevance(
+    apply_fn, variables, images, next_kernels: Mapping | None = None, **apply_kwargs
+) -> dict:
+    """``{layer path: [P] relevance}`` of every monomial layer of ``variables``, measured once.
 
     Args:
+      apply_fn: ``model.apply``; called once on ``images`` (with ``train=False`` unless
+        ``apply_kwargs`` says otherwise) to measure each pair's spread.
       variables: the model's variables (``params``, ``batch_stats``, ``ii_mask``, ...).
-      epochs_done: number of completed epochs (a trainer whose hook gets the 0-based index of the
-        epoch that just ended passes ``epoch + 1``).
-      apply_fn: ``model.apply``; called once on ``images`` with ``train=False`` unless
-        ``apply_kwargs`` says otherwise, to measure each pair's spread.
       images: a batch ``[B, H, W, C]`` (a training batch is fine; B >= 2).
       next_kernels: ``{layer path: [P, D] kernel}`` of the dense layer after each monomial
-        layer, or a callable ``variables -> that mapping``; ``None`` ranks by the std alone.
-      schedule: ``{epochs completed: pairs kept}``.
+        layer; a layer without one is ranked by the std alone (:func:`monomial_relevance`).
     Returns:
-      ``variables`` unchanged, or with pruned ``ii_mask``.
+      The relevance per layer path, as :func:`prune_monomials` takes it.
     """
-    if epochs_done not in schedule:
-        return variables
     apply_kwargs.setdefault("train", False)
     feats = collect_invariant_features(apply_fn, variables, images, **apply_kwargs)
-    paths = _mask_paths(variables)
-    kernels = next_kernels(variables) if callable(next_kernels) else (next_kernels or {})
+    kernels = next_kernels or {}
     relevance = {}
-    for path in paths:
+    for path in _mask_paths(variables):
         if path not in feats:
             raise ValueError(f"monomial layer {path} sowed no features: was it called?")
         relevance[path] = monomial_relevance(feats[path], kernels.get(path))
-    return prune_monomials(variables, relevance, schedule[epochs_done])
-
-
-def make_pruning_hook(
-    next_kernels: Mapping | Callable | None = None,
-    schedule: Mapping[int, int] = MONOMIAL_PRUNING_SCHEDULE,
-):
-    """An epoch-end hook ``hook(state, epochs_done, ctx) -> state`` for :mod:`invjax.train`.
-
-    ``state`` is a :class:`invjax.train.TrainState` (``variables()`` / ``replace_variables``);
-    ``ctx.model.apply`` and ``ctx.images`` (a fixed, normalised training batch) measure the
-    pairs' spread. A model lists it in its ``epoch_end_hooks``. ``next_kernels`` as in
-    :func:`apply_pruning_schedule`.
-    """
-
-    def hook(state, epochs_done, ctx):
-        if epochs_done not in schedule:
-            return state
-        variables = state.variables()
-        new = apply_pruning_schedule(
-            variables, epochs_done, ctx.model.apply, ctx.images, next_kernels, schedule
-        )
-        return state.replace_variables(new)
-
-    return hook
+    return relevance

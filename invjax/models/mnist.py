@@ -20,7 +20,7 @@ DISCO                     ``basis='disco'``, average pooling between layers, hea
 II-DISCO WS               ``head='ii'``: conv3 -> BN -> ReLU -> max projection -> Scale-II WS
                           (eq. 7, ``k = 3``, 95 -> 95), max pooling (Table 7)
 II-DISCO monomials        ``head='ii_monomials'``: Scale-II with 25 monomial pairs (eq. 6),
-                          pruned to 12 and 5 during training
+                          pruned to 12 and 5 during training (``on_epoch_end``)
 ========================  ==================================================================
 
 Choices and discrepancies (documented, not hidden):
@@ -55,6 +55,10 @@ HEADS = ("maxpool", "mixed", "ii", "ii_monomials", "pool")
 FAMILIES = ("std", "scale")
 UPSAMPLING = ("nearest", "bicubic", "none")
 SCALES_4 = G.scale_set(4, 2 ** (1 / 3))
+PRUNING_SCHEDULE: dict[int, int] = {5: 12, 10: 5}
+"""``{epochs completed: monomial pairs kept}`` of ``head='ii_monomials'``: 25 pairs at the start,
+12 once 5 epochs are done, 5 once 10 are done (Section 5: ``n_m = {25, 12, 5}`` after 0, 5 and
+10 epochs)."""
 
 
 def _spatial_pool(x, kind: str, window: int = 2):
@@ -166,15 +170,20 @@ class ScaledMNISTNet(nn.Module):
         y = nn.Dropout(self.dropout, deterministic=not train)(y)
         return nn.Dense(self.num_classes, name="classifier")(y)
 
-    def epoch_end_hooks(self):
-        """The trainer's epoch-end hooks: Scale-II monomial pruning (25 -> 12 -> 5 pairs).
+    def on_epoch_end(self, variables, epochs_done: int, images):
+        """The trainer's epoch-end call (:mod:`invjax.training.loop`): with the monomial head,
+        prune the Scale-II pairs 25 -> 12 -> 5 after the epochs of :data:`PRUNING_SCHEDULE`.
 
-        The relevance of a pair weighs its spread by the norm of its row in ``fc1``, the dense
-        layer that reads the monomial features (:func:`invjax.layers.ii.monomial_relevance`).
+        The relevance of a pair weighs its spread on ``images`` (a fixed normalised training
+        batch ``[B, H, W, C]``) by the norm of its row in ``fc1``, the dense layer that reads the
+        monomial features (:func:`invjax.layers.ii.measured_relevance`). Returns ``variables``
+        itself where nothing is pruned, else new variables with a pruned ``ii_mask``.
         """
-        if self.head != "ii_monomials":
-            return []
-        return [iil.make_pruning_hook(lambda v: {("ii",): v["params"]["fc1"]["kernel"]})]
+        if self.head != "ii_monomials" or epochs_done not in PRUNING_SCHEDULE:
+            return variables
+        fc1 = {("ii",): variables["params"]["fc1"]["kernel"]}
+        relevance = iil.measured_relevance(self.apply, variables, images, fc1)
+        return iil.prune_monomials(variables, relevance, PRUNING_SCHEDULE[epochs_done])
 
     def _project(self, x):
         if self.family == "scale":

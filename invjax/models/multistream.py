@@ -5,7 +5,8 @@ WideResNet` or a Scaled-MNIST network) held as a sub-module named ``'e2'``, ``'s
 ``'std'`` and run up to its invariant features (``features_only=True``: no classifier). Its
 variables under ``params/<stream>``, ``batch_stats/<stream>`` (and ``ii_mask/<stream>``) are
 therefore exactly the single-stream network's variables minus its ``classifier``, so phase 2 of
-the paper's training starts from phase-1 checkpoints with :func:`load_streams`.
+the paper's training starts from phase-1 checkpoints by copying them in
+(:func:`invjax.training.state.graft`, ``train.init_from``).
 
 Head: :class:`~invjax.layers.heads.StreamCombination` (``'concat'``, ``'map_e2'`` (default, the
 paper's best), ``'map_scale'``, ``'map_std'``, ``'map_all'``) named ``head``, then
@@ -25,11 +26,9 @@ for all streams when ``config.width_divisor`` is given).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 import flax.linen as nn
 import jax
-from flax.core import freeze, unfreeze
 
 from invjax.layers.heads import STREAMS, StreamCombination, check_mode
 from invjax.models import REGISTRY, register
@@ -79,56 +78,6 @@ class MultiStreamNetwork(nn.Module):
 
     def features(self, x, train: bool = False):
         return self(x, train, features_only=True)
-
-
-def _subtree_shapes(tree, prefix=()):
-    if hasattr(tree, "items"):
-        out = {}
-        for k, v in tree.items():
-            out.update(_subtree_shapes(v, prefix + (k,)))
-        return out
-    return {prefix: tuple(getattr(tree, "shape", ()))}
-
-
-def load_streams(variables, streams: Mapping[str, Mapping], skip=("classifier",)):
-    """Copy single-stream variables into a multi-stream network's variables.
-
-    Args:
-      variables: the multi-stream network's variables (``params``, ``batch_stats``, ...).
-      streams: ``{stream name: single-stream variables}``, e.g. restored phase-1 checkpoints.
-      skip: top-level single-stream modules that the stream does not have (its classifier).
-    Returns:
-      New variables (same container type) with ``<collection>/<stream>`` replaced for every
-      collection of the single-stream variables. Raises ValueError naming the first path whose
-      shape differs or is missing (a stream built with another width or group).
-    """
-    frozen = not isinstance(variables, dict)
-    out = unfreeze(variables) if frozen else {k: unfreeze(v) for k, v in variables.items()}
-    for name, single in streams.items():
-        if name not in STREAMS:
-            raise ValueError(f"stream name {name!r} is unknown: choose one of {STREAMS}")
-        single = unfreeze(single)
-        for col, tree in single.items():
-            if col == "intermediates":
-                continue
-            src = {k: v for k, v in tree.items() if k not in skip}
-            if col not in out or name not in out[col]:
-                if not src:
-                    continue
-                raise ValueError(
-                    f"load_streams: the network has no '{col}/{name}' subtree (streams: "
-                    f"{sorted(out.get('params', {}))})"
-                )
-            want, got = _subtree_shapes(out[col][name]), _subtree_shapes(src)
-            if want != got:
-                diff = sorted(set(want.items()) ^ set(got.items()))[0]
-                raise ValueError(
-                    f"load_streams: '{col}/{name}' does not match the single-stream variables at "
-                    f"{'/'.join(map(str, diff[0]))} (network {want.get(diff[0])}, given "
-                    f"{got.get(diff[0])}): were they built with the same config?"
-                )
-            out[col][name] = src
-    return freeze(out) if frozen else out
 
 
 def stream_divisor(n_streams: int) -> float:

@@ -1,9 +1,10 @@
-"""What one ``python -m invjax.main`` command runs: one training run, or the paper's two phases.
+"""The multi-stage plan of one command: one training run, or the paper's two phases.
 
 ``config.train.phases`` chooses (paper Section 4.4 and appendix B):
 
 ``'single'`` (default)
-    Train ``config.model`` as one run in ``DIR`` (:func:`invjax.train.prepare` / ``run``).
+    Train ``config.model`` as one run in ``DIR`` (:func:`invjax.training.experiment.prepare`,
+    :func:`invjax.training.loop.run`).
 ``'two_phase'``
     A multi-stream network (``model.name='multistream'``, ``freeze_streams=True``) trained as the
     paper does. *Phase 1* trains every stream as its own single-stream run, with its own recipe
@@ -12,7 +13,7 @@
     finished single-stream run to reuse). Its model is ``config.model.streams.<stream>`` plus its
     own classifier, on the same data and seed. *Phase 2* trains the combination head in ``DIR``:
     the stream variables (convolutions, II layers, BatchNorm statistics) are copied from the
-    phase-1 checkpoints (``train.init_from``, :func:`invjax.train.graft`) and frozen (the model
+    phase-1 checkpoints (``train.init_from``, :func:`invjax.training.state.graft`) and frozen (the model
     runs them in eval mode behind ``stop_gradient``; ``train.trainable`` names only the head and
     classifier, so no weight decay touches them either). ``config.train`` is phase 2's recipe:
     the head hyperparameters of the appendix (Tables 9, 12, 14 of the combination heads) with the
@@ -26,7 +27,11 @@ checkpoints. A run whose ``results.json`` records all its epochs and whose store
 one is *finished*: it is reused, never recomputed, so restarting the command resumes whichever
 phase was running. A directory holding checkpoints of a different config stops the command
 before any compute (the run's own message); so does any other bad input of any phase
-(:func:`check` prepares every phase first). :func:`execute` locks every workdir it will write in
+(:func:`check` prepares every phase first). Each stage is prepared once: :func:`check` builds
+the :class:`~invjax.training.experiment.Experiment` (dataset, model, optimiser, restored
+checkpoint) that :func:`execute` then runs, and stages with the same data config share one
+loaded dataset; only phase 2's ``init_from`` sources, which phase 1 writes, are loaded when phase 2
+starts. :func:`execute` locks every workdir it will write in
 (``DIR`` and each phase-1 stream workdir still to train, :mod:`invjax.workdir`) before any
 compute: a second command on any of them stops at once, naming the run that holds it.
 
@@ -49,15 +54,16 @@ from typing import Any
 import jax
 import ml_collections
 
-from invjax import checkpoint, train
+from invjax import checkpoint
 from invjax import data as data_lib
 from invjax import workdir as workdir_lib
+from invjax.layers.heads import STREAMS as STREAM_NAMES
+from invjax.training import loop
+from invjax.training.experiment import Experiment, check_resume_config, prepare, with_sources
 
 PHASES = ("single", "two_phase", "end_to_end")
 STREAMS_SUBDIR = "streams"
 RESULTS_FILE = "results.json"
-# Parameter prefixes of the multi-stream network's streams (invjax.models.multistream).
-STREAM_NAMES = ("e2", "scale", "std")
 
 
 class StageError(ValueError):
@@ -67,13 +73,13 @@ class StageError(ValueError):
 @dataclasses.dataclass
 class Stage:
     """One run of an experiment: ``name`` ('run', a stream name, or 'head'), its config and
-    workdir, ``results`` if it had finished before (reused), and ``experiment`` if prepared."""
+    workdir, ``results`` if it had finished before (reused), else its prepared ``experiment``."""
 
     name: str
     config: Any
     workdir: str
     results: dict | None = None
-    experiment: train.Experiment | None = None
+    experiment: Experiment | None = None
     state_bytes: int = 0  # one checkpoint's arrays, where prepared
 
     @property
@@ -249,7 +255,7 @@ def finished_results(config, workdir: str) -> dict | None:
     stored = checkpoint.read_config(workdir)
     if stored is None:
         return None
-    train.check_resume_config(stored, config, workdir)
+    check_resume_config(stored, config, workdir)
     path = os.path.join(workdir, RESULTS_FILE)
     if not os.path.exists(path):
         return None
@@ -274,31 +280,32 @@ def check(config, workdir: str) -> Plan:
 
     Raises ValueError (and its subclasses :class:`invjax.checkpoint.CheckpointError`,
     :class:`invjax.data.DatasetNotPreparedError`) naming the first bad value. Writes nothing.
-    Phase 2 is prepared without its phase-1 sources while those are not finished (everything
-    else about it is checked).
+    Every stage still to run is prepared here, once, for :func:`execute` to run; phase 2 without
+    its phase-1 sources while those are not finished (everything else about it is checked).
     """
     phases = phases_of(config)
     if phases == "end_to_end":
         _check_end_to_end(config)
     if phases != "two_phase":
-        exp = train.prepare(config, workdir)
+        exp = prepare(config, workdir)
         stage = Stage("run", config, workdir, experiment=exp, state_bytes=exp.state_bytes)
         return Plan(phases, config, workdir, [stage])
     workdir = os.path.abspath(workdir)
     names = _check_two_phase(config)
-    stages = []
-    for name in names:
-        cfg, wd = stream_config(config, name), stream_workdir(config, workdir, name)
-        done, size = finished_results(cfg, wd), 0
-        if done is None:  # checks the stream's config, data, model and checkpoints
-            size = train.prepare(cfg, wd).state_bytes
-        stages.append(Stage(name, cfg, wd, done, state_bytes=size))
-    cfg = head_config(config, workdir)
-    done, size = finished_results(cfg, workdir), 0
-    if done is None:
-        streams_done = all(s.results is not None for s in stages)
-        size = train.prepare(cfg, workdir, load_sources=streams_done).state_bytes
-    stages.append(Stage("head", cfg, workdir, done, state_bytes=size))
+    datasets: dict[str, Any] = {}  # data config (JSON) -> loaded dataset, shared by the stages
+
+    def stage(name, cfg, wd, load_sources=True) -> Stage:
+        done = finished_results(cfg, wd)
+        if done is not None:
+            return Stage(name, cfg, wd, done)
+        key = cfg.data.to_json_best_effort(sort_keys=True)
+        exp = prepare(cfg, wd, load_sources, dataset=datasets.get(key))
+        datasets[key] = exp.dataset
+        return Stage(name, cfg, wd, experiment=exp, state_bytes=exp.state_bytes)
+
+    stages = [stage(n, stream_config(config, n), stream_workdir(config, workdir, n)) for n in names]
+    streams_done = all(s.results is not None for s in stages)
+    stages.append(stage("head", head_config(config, workdir), workdir, streams_done))
     return Plan(phases, config, workdir, stages)
 
 
@@ -346,7 +353,7 @@ def execute(plan: Plan, say: Callable[[str], None] = _say, record: dict | None =
 def _execute(plan: Plan, say: Callable[[str], None], record: dict | None) -> dict:
     record = dict(record or {})
     if plan.phases != "two_phase":
-        results = train.run(plan.stages[0].experiment)
+        results = loop.run(plan.stages[0].experiment)
         if record:
             results.update(record)
             _write_results(plan.workdir, results)
@@ -358,11 +365,12 @@ def _execute(plan: Plan, say: Callable[[str], None], record: dict | None) -> dic
             say(f"{where}: finished before, reused (test_error={_error(stage.results)})")
             continue
         say(f"{where}")
-        try:
-            exp = train.prepare(stage.config, stage.workdir)
+        try:  # phase 2's sources, which phase 1 has just written
+            exp = with_sources(stage.experiment)
         except ValueError as e:  # CheckpointError too
             raise StageError(f"{stage.label} in {stage.workdir} cannot start: {e}") from e
-        stage.results = train.run(exp)
+        stage.results = loop.run(exp)
+        stage.experiment = None  # its dataset and restored state are no longer needed
         if record and stage.name != "head" and "config_file" not in stage.results:
             stage.results.update(record, stream=stage.name)
             _write_results(stage.workdir, stage.results)
@@ -392,8 +400,3 @@ def _combine(plan: Plan, record: dict) -> dict:
     results.update(record)
     _write_results(plan.workdir, results)
     return results
-
-
-def train_and_evaluate(config, workdir: str) -> dict:
-    """Contract 1 minus the command line, for every ``train.phases``."""
-    return execute(check(config, workdir))

@@ -1,0 +1,245 @@
+"""One run, checked and loaded: :func:`prepare` builds the :class:`Experiment` that the loop runs.
+
+Preparing validates the config, loads the dataset (once: :func:`invjax.training.loop.run` and the
+multi-stage plan of :mod:`invjax.training.plan` both use what it built), builds the model and
+checks its shapes abstractly, builds the optimiser, loads the ``init_from`` sources and reads the
+workdir's checkpoints (same experiment, readable). No training compute; nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from absl import logging
+from flax import traverse_util
+
+from invjax import checkpoint, models, parallel
+from invjax import data as data_lib
+from invjax import precision as P
+from invjax.logging_utils import banner
+from invjax.training.optimizer import count_params, is_int, make_optimizer, validate_train_config
+from invjax.training.state import graft, init_variables, state_factory
+
+# Keys a resumed run may change (everything else must match the stored config).
+RESUMABLE_KEYS = (
+    "multi_host",
+    "eval_precision",
+    "data.data_dir",
+    "train.num_epochs",
+    "train.eval_batch_size",
+    "train.eval_every_epochs",
+    "train.log_every_steps",
+    "train.checkpoint_every_steps",
+    "train.keep_checkpoints",
+)
+
+
+def flat_config(config) -> dict:
+    d = (
+        json.loads(config.to_json_best_effort())
+        if hasattr(config, "to_json_best_effort")
+        else config
+    )
+    return {".".join(map(str, k)): v for k, v in traverse_util.flatten_dict(d).items()}
+
+
+def config_text(config) -> str:
+    """The config as a Markdown table for TensorBoard's TEXT tab."""
+    rows = [f"| {k} | {v!r} |" for k, v in sorted(flat_config(config).items())]
+    return "\n".join(["| key | value |", "|---|---|", *rows])
+
+
+def check_resume_config(stored: dict | None, config, workdir: str) -> None:
+    """A workdir's checkpoints may only be resumed by the same experiment (RESUMABLE_KEYS aside)."""
+    if stored is None:
+        return
+    old, new = flat_config(stored), flat_config(config)
+    old.setdefault("precision", "default")  # runs from before the setting trained like this
+    diff = [
+        k
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k) and k not in RESUMABLE_KEYS
+    ]
+    if diff:
+        shown = ", ".join(f"{k}: {old.get(k)!r} stored, {new.get(k)!r} now" for k in diff[:5])
+        raise ValueError(
+            f"--workdir={workdir} holds checkpoints of a different experiment ({shown}"
+            f"{', ...' if len(diff) > 5 else ''}). Resume it with its own config (saved in "
+            f"{os.path.join(workdir, 'config.json')}) or choose a new --workdir. Only "
+            f"{list(RESUMABLE_KEYS)} may change on resume."
+        )
+
+
+@dataclasses.dataclass
+class Experiment:
+    """A validated run, ready to compute: built by :func:`prepare`, run by :func:`run`."""
+
+    config: Any
+    workdir: str
+    dataset: Any
+    model: Any
+    mesh: Any
+    tx: Any
+    steps_per_epoch: int
+    num_steps: int
+    sources: list | None  # None: prepared with load_sources=False (see with_sources)
+    restored: checkpoint.Restored | None
+    num_params: int
+    num_trainable: int
+    precision: str = "default"  # arithmetic of the train steps (invjax.precision)
+    eval_precision: str = P.EXACT  # arithmetic of evaluation and of the certificate
+    state_bytes: int = 0  # of one checkpoint's arrays (the start-up free-space check)
+    variables: Any = None  # the model's abstract variables (ShapeDtypeStructs)
+
+
+def _abstract(tree, sharding):
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), tree)
+
+
+def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Experiment:
+    """Check everything and load what is on disk; no training compute. ValueError if bad input.
+
+    Order: config values, dataset (N_t, shapes), model on the dataset's image shape (abstractly),
+    optimiser and trainable prefixes, init_from sources, then the workdir's checkpoints (config
+    match, readability). Nothing in ``workdir`` is written.
+
+    ``load_sources=False`` checks everything but the ``init_from`` sources (runs that do not
+    exist yet: phase 2 while phase 1 still has to train); :func:`with_sources` loads them later.
+    ``dataset``: the already loaded ``data_lib.load(config.data)`` (stages of one plan share
+    it); None loads it.
+    """
+    for section in ("data", "model", "train"):
+        if section not in config:
+            raise ValueError(f"config has no {section!r} section: start from configs/base.py")
+    seed = config.seed
+    if not is_int(seed) or not 0 <= seed < 2**31:
+        raise ValueError(f"seed={seed!r} is invalid: it must be an integer in [0, 2**31)")
+    tc = config.train
+    validate_train_config(tc)
+    precision = P.check(config.get("precision", "default"), "precision")
+    eval_precision = P.check(config.get("eval_precision", P.EXACT), "eval_precision")
+    mesh = parallel.make_mesh()
+    parallel.check_batch_size(tc.batch_size, mesh, "train.batch_size")
+    parallel.check_batch_size(tc.eval_batch_size, mesh, "train.eval_batch_size")
+
+    data_lib.check_config(config.data)
+    ds = data_lib.load(config.data) if dataset is None else dataset
+    if tc.select_best and len(ds.val) == 0:
+        raise ValueError(
+            "train.select_best=True needs a validation split, but data.val_fraction="
+            f"{config.data.val_fraction} leaves none: set data.val_fraction > 0 or "
+            "train.select_best=False"
+        )
+    num_classes = config.model.get("num_classes")
+    if num_classes is None:
+        with config.unlocked():
+            config.model.num_classes = ds.num_classes
+    elif num_classes != ds.num_classes:
+        raise ValueError(
+            f"model.num_classes={num_classes} but dataset {ds.name!r} has {ds.num_classes} "
+            "classes: leave model.num_classes unset (None) or set it to the dataset's"
+        )
+    model = models.build(config.model)
+    x = jax.ShapeDtypeStruct((2, *ds.image_shape), jnp.float32)
+    try:  # abstractly: shapes only, no compute
+        variables = jax.eval_shape(
+            functools.partial(init_variables, model, ds.image_shape), jax.random.PRNGKey(0)
+        )
+        logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
+    except ValueError:
+        raise  # the model's own message about its config or input
+    except Exception as e:  # noqa: BLE001 (shape errors surface as TypeError etc. deep in JAX)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(
+            f"model {config.model.name!r} cannot take images of shape {x.shape} (dataset "
+            f"{ds.name!r}, [N, H, W, C]): {type(e).__name__}: {first}"
+        ) from e
+    if tuple(logits.shape) != (2, ds.num_classes):
+        raise ValueError(
+            f"model {config.model.name!r} maps images {(2, *ds.image_shape)} to logits of shape "
+            f"{tuple(logits.shape)}, expected {(2, ds.num_classes)}"
+        )
+    steps_per_epoch = -(-len(ds.train) // tc.batch_size)
+    tx = make_optimizer(tc, steps_per_epoch, variables["params"])
+
+    sources = _load_sources(tc.init_from, variables) if load_sources else []
+    make, trees = state_factory(model, tx, ds.image_shape, seed, bool(tc.select_best), sources)
+    abstract_state = _abstract(jax.eval_shape(make, trees), parallel.replicated(mesh))
+    check_resume_config(checkpoint.read_config(workdir), config, workdir)
+    restored = checkpoint.restore_latest(workdir, abstract_state)
+    params = variables["params"]
+    trainable = None if tc.trainable is None else tuple(tc.trainable)
+    return Experiment(
+        config=config,
+        workdir=workdir,
+        dataset=ds,
+        model=model,
+        mesh=mesh,
+        tx=tx,
+        steps_per_epoch=steps_per_epoch,
+        num_steps=steps_per_epoch * tc.num_epochs,
+        sources=sources if load_sources or not tc.init_from else None,
+        restored=restored,
+        num_params=count_params(params),
+        num_trainable=count_params(params, trainable),
+        state_bytes=sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state)),
+        precision=precision,
+        eval_precision=eval_precision,
+        variables=variables,
+    )
+
+
+def _load_sources(init_from, variables) -> list:
+    """``[(source variables, src_prefix, dst_prefix)]`` of ``train.init_from``, each read from its
+    run's checkpoint and grafted onto the abstract ``variables`` to check paths and shapes."""
+    sources = []
+    for src_dir, src_prefix, dst_prefix in init_from:
+        src = checkpoint.load_params(src_dir)
+        sources.append((src, src_prefix, dst_prefix))
+        variables, skipped = graft(variables, src, src_prefix, dst_prefix)  # checks shapes
+        logging.info(
+            "init_from %s: %r -> %r (%d leaves left out)", src_dir, src_prefix, dst_prefix, skipped
+        )
+    return sources
+
+
+def with_sources(exp: Experiment) -> Experiment:
+    """``exp`` with its ``init_from`` sources loaded (those of runs that finished since it was
+    prepared with ``load_sources=False``); the rest of the preparation is kept. The state's
+    shapes, and so the restored checkpoint, do not depend on the sources' values."""
+    if exp.sources is not None:
+        return exp
+    return dataclasses.replace(
+        exp, sources=_load_sources(exp.config.train.init_from, exp.variables)
+    )
+
+
+def describe(exp: Experiment, resumed_step: int | None = None) -> str:
+    """The start-up banner of an experiment (:func:`invjax.logging_utils.banner`)."""
+    ds, tc = exp.dataset, exp.config.train
+    return banner(
+        workdir=exp.workdir,
+        devices=list(exp.mesh.devices.flat),
+        processes=jax.process_count(),
+        model=str(exp.config.model.name),
+        num_params=exp.num_params,
+        num_trainable=exp.num_trainable,
+        dataset=ds.name,
+        sizes={"train": len(ds.train), "val": len(ds.val), "test": len(ds.test)},
+        image_shape=ds.image_shape,
+        augment=ds.augment,
+        num_steps=exp.num_steps,
+        steps_per_epoch=exp.steps_per_epoch,
+        batch_size=int(tc.batch_size),
+        optimizer=str(tc.optimizer),
+        learning_rate=float(tc.learning_rate),
+        precision=f"train {exp.precision}, evaluation {exp.eval_precision} "
+        f"({'exact' if P.is_exact(exp.eval_precision) else 'not exact'} on this backend)",
+        resumed_step=resumed_step,
+    )

@@ -1,0 +1,138 @@
+"""The jitted computations of a run: the train step, the eval step, batching and evaluation.
+
+One train step (jitted, data-parallel via :mod:`invjax.parallel`): images (uint8 or float) are
+normalised and augmented on the device, the cross-entropy gradient is taken with dropout key
+``fold_in(rng, step)``, BatchNorm statistics are updated, and the optimiser applies. The batch
+of a step is a pure function of ``(seed, step)`` (:func:`batch_indices`), so a run restored from
+any checkpoint repeats exactly the work of an uninterrupted one. Evaluation runs masked
+fixed-size batches (:func:`eval_batches`), so every sample counts once with static shapes.
+Frozen BatchNorm statistics are the model's business: it runs frozen parts with ``train=False``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from invjax import data as data_lib
+from invjax import parallel
+from invjax import precision as P
+from invjax.training.state import TrainState
+
+
+def cross_entropy(logits, labels):
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
+def in_precision(fn: Callable, name: str) -> Callable:
+    """``fn`` called, and so traced and compiled, under invjax precision ``name``.
+
+    JAX keys its compilation cache on the matmul precision, so each call must be inside the
+    scope: a call outside it would trace the function again with the backend's default.
+    """
+
+    @functools.wraps(fn)
+    def call(*args):
+        with P.scope(name):
+            return fn(*args)
+
+    return call
+
+
+def make_train_step(model, tx, augment: str, mean, std) -> Callable:
+    """``train_step(state, images, labels) -> (state, {'loss': mean, 'errors': count})``."""
+    mean = np.asarray(mean, np.float32)
+    std = np.asarray(std, np.float32)
+
+    def train_step(state: TrainState, images, labels):
+        k_aug, k_drop = jax.random.split(jax.random.fold_in(state.rng, state.step))
+        x = data_lib.augment.apply(augment, k_aug, data_lib.to_float(images, mean, std))
+
+        def loss_fn(params):
+            variables = {"params": params, "batch_stats": state.batch_stats, **state.extra}
+            logits, updates = model.apply(
+                variables, x, train=True, rngs={"dropout": k_drop}, mutable=["batch_stats"]
+            )
+            return cross_entropy(logits, labels).mean(), (logits, updates)
+
+        (loss, (logits, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        opt_updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        new = state.replace(
+            step=state.step + 1,
+            params=optax.apply_updates(state.params, opt_updates),
+            batch_stats=updates.get("batch_stats", state.batch_stats),
+            opt_state=opt_state,
+        )
+        errors = jnp.sum(jnp.argmax(logits, -1) != labels)
+        return new, {"loss": loss, "errors": errors}
+
+    return train_step
+
+
+def make_eval_step(model, mean, std) -> Callable:
+    """``eval_step(variables, images, labels, mask) -> {'loss': sum, 'errors': count}`` (masked)."""
+    mean = np.asarray(mean, np.float32)
+    std = np.asarray(std, np.float32)
+
+    def eval_step(variables, images, labels, mask):
+        logits = model.apply(variables, data_lib.to_float(images, mean, std), train=False)
+        loss = jnp.sum(jnp.where(mask, cross_entropy(logits, labels), 0.0))
+        errors = jnp.sum(mask & (jnp.argmax(logits, -1) != labels))
+        return {"loss": loss, "errors": errors}
+
+    return eval_step
+
+
+def batch_indices(n: int, batch_size: int, seed: int, epoch: int, index: int) -> np.ndarray:
+    """Indices of batch ``index`` of ``epoch``: a slice of ``epoch_order(n, seed, epoch)``.
+
+    An epoch has ``ceil(n / batch_size)`` batches; the last one is completed with the first
+    samples of the same order (static shapes for jit; every sample is seen once per epoch).
+    """
+    order = data_lib.epoch_order(n, seed, epoch)
+    idx = np.arange(index * batch_size, (index + 1) * batch_size) % n
+    return order[idx]
+
+
+def eval_batches(n: int, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(indices, mask)`` of every evaluation batch of a split of ``n`` samples.
+
+    Batches are ``batch_size`` consecutive samples; the last is padded with copies of sample
+    ``n - 1`` whose ``mask`` is False, so every sample counts exactly once (static shapes).
+    """
+    out = []
+    for start in range(0, n, batch_size):
+        idx = np.arange(start, start + batch_size)
+        out.append((np.minimum(idx, n - 1), idx < n))
+    return out
+
+
+def evaluate(eval_step, variables, split, batch_size: int, mesh) -> tuple[float, float]:
+    """Mean loss and error (percent) of ``variables`` on a split; NaN for an empty split.
+
+    Each process reads only its devices' rows of every batch (:func:`parallel.gather_batch`);
+    the masked sums are reduced over all devices by the step.
+    """
+    n = len(split)
+    if n == 0:
+        return math.nan, math.nan
+    outs = []
+    for idx, mask in eval_batches(n, batch_size):
+        outs.append(
+            eval_step(
+                variables,
+                parallel.gather_batch(split.images, idx, mesh),
+                parallel.gather_batch(split.labels, idx, mesh),
+                parallel.shard_batch(mask, mesh),
+            )
+        )
+    outs = jax.device_get(outs)
+    loss = sum(float(o["loss"]) for o in outs) / n
+    errors = sum(int(o["errors"]) for o in outs)
+    return loss, 100.0 * errors / n
