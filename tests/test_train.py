@@ -257,7 +257,8 @@ _TWO_DEVICES = textwrap.dedent(
     import json, jax, numpy as np, ml_collections
     from invjax import data, models, parallel
     from invjax.training.optimizer import make_optimizer
-    from invjax.training.steps import make_train_step
+    from invjax.training.state import create_state
+    from invjax.training.steps import batch_indices, make_train_step
     assert jax.device_count() == 2, jax.devices()
     cfg = data.default_config(); cfg.name = "digits"; cfg.n_train = 100
     ds = data.load(cfg)
