@@ -8,8 +8,8 @@
     python benchmarks/throughput.py --dataset digits --width-divisor 4 --batch 32 --steps 5
 
 For each family of a dataset the script builds the network of ``configs/<dataset>_<family>.py``
-through the real code (``invjax.models.build(config.model)``, ``invjax.train``'s optimiser, state
-and train step, jitted by :mod:`invjax.parallel` on a data-parallel mesh of every device present)
+through the real code (``invjax.models.build(config.model)``, ``invjax.training``'s optimiser,
+state and train step, jitted by :mod:`invjax.parallel` on a data-parallel mesh of every device present)
 and measures, in a fresh Python process per row (so that every row starts cold, as a user's run
 does, and a failure such as running out of memory costs only its row):
 

@@ -250,8 +250,8 @@ def acquire(workdir: str) -> Lock:
 
 # Signal handlers must not raise inside lock bookkeeping (a lock file created but not recorded
 # would outlive the run): they consult in_critical() and only record the signal there; the
-# callables in PENDING_CHECKS (invjax.train registers its StopRequest's) then raise it once the
-# lock is recorded, where the release below is sure to run.
+# callables in PENDING_CHECKS (invjax.training.signals registers its StopRequest's) then raise
+# it once the lock is recorded, where the release below is sure to run.
 _CRITICAL = [0]
 PENDING_CHECKS: list = []
 

@@ -143,7 +143,7 @@ def test_saves_at_interval_and_epoch_ends_keeping_n(finished):
     assert results["steps"] == 8 and results["epochs"] == 2
 
 
-def test_epoch_end_hooks_run_and_persist(finished):
+def test_on_epoch_end_runs_and_persists(finished):
     _, _, _, calls, final = finished
     assert calls == [0, 1, 2]  # before the first step, then after each epoch
     assert float(final.state["extra"]["counters"]["epochs"]) == 2.0
