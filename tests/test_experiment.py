@@ -346,6 +346,29 @@ def test_a_workdir_of_another_experiment_is_refused(finished):
     assert snapshot(workdir) == before
 
 
+def test_phase_two_whose_sources_vanished_stops_naming_the_stage(tmp_path):
+    """Phase 2 prepared while phase 1 was still to run loads its sources when it starts; a
+    phase-1 run without a readable checkpoint by then stops the command with a StageError
+    naming the stage (before any of phase 2's compute), not a traceback from the loop."""
+    from invjax.training.experiment import prepare
+
+    config = tiny_two_phase()
+    workdir = str(tmp_path / "w")
+    head = plan.head_config(config, workdir)
+    exp = prepare(head, workdir, load_sources=False)
+    assert exp.sources is None
+    stages = [
+        plan.Stage(s, plan.stream_config(config, s), plan.stream_workdir(config, workdir, s), {})
+        for s in plan.stream_names(config)
+    ]  # "finished", but their workdirs hold no checkpoint
+    stages.append(plan.Stage("head", head, workdir, experiment=exp))
+    said = []
+    with pytest.raises(plan.StageError, match=r"phase 2: combination head in .* cannot start"):
+        plan.execute(plan.Plan("two_phase", config, workdir, stages), say=said.append)
+    assert said[-1] == f"[3/3] phase 2: combination head in {workdir}"
+    assert not os.path.exists(os.path.join(workdir, "checkpoints"))
+
+
 def test_stream_config_is_the_single_stream_config_file():
     """Phase 1's run of a stream is the same experiment as the stream's own config file, so a
     finished single-stream run can be reused through ``phase1.<stream>.workdir``."""

@@ -405,7 +405,7 @@ def run(exp: Experiment) -> dict:
     if exp.sources is None:
         raise ValueError(
             "this experiment was prepared without its init_from sources (load_sources=False): "
-            "prepare it again once they exist"
+            "load them with invjax.training.experiment.with_sources once they exist"
         )
     primary = jax.process_index() == 0
     with contextlib.ExitStack() as stack:
