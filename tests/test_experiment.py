@@ -1,6 +1,7 @@
-"""Two-phase multi-stream training (invjax.training.plan) end to end on tiny digits networks: phase 1
-as separate runs, phase 2 on the frozen streams, reuse of finished phases, resume of either phase
-(bit-identical to an uninterrupted run), and bad input stopped before any compute.
+"""Two-phase multi-stream training (invjax.training.plan) end to end on tiny digits networks:
+phase 1 as separate runs, phase 2 on the frozen streams, reuse of finished phases, resume of
+either phase (bit-identical to an uninterrupted run), each stage prepared once, and bad input
+stopped before any compute.
 
 The training runs are real ``python -m invjax.main`` commands; this file is their config file
 (:func:`get_config`). They compile with XLA's backend optimisations off and share a persistent

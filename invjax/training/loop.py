@@ -133,7 +133,7 @@ class _Loop:
         self.primary = jax.process_index() == 0
         self.spe, self.bsz = exp.steps_per_epoch, self.tc.batch_size
         images = self.ds.train.images[: min(self.bsz, len(self.ds.train))]
-        self.hook_images = data_lib.to_float(images, self.ds.mean, self.ds.std)
+        self.epoch_end_images = data_lib.to_float(images, self.ds.mean, self.ds.std)
         self.on_epoch_end = getattr(exp.model, "on_epoch_end", None)  # the model's, if any
         if exp.restored is not None:
             self.state, self.meta = exp.restored.state, exp.restored.meta
@@ -149,7 +149,7 @@ class _Loop:
                 exp.sources,
             )
             state = initial_state(make, trees, parallel.replicated(self.mesh))
-            self.state, self.meta = self.run_hooks(state, 0), _fresh_meta()
+            self.state, self.meta = self.epoch_end_call(state, 0), _fresh_meta()
         self.step = self.step0 = int(jax.device_get(self.state.step))
         self.sums = list(self.meta["epoch_sums"])
         self.writer = checkpoint.Writer(
@@ -183,12 +183,12 @@ class _Loop:
         self.t_start = time.perf_counter()
         self.elapsed0 = float(self.meta["wall_time_s"])
 
-    def run_hooks(self, state, epochs_done: int):
+    def epoch_end_call(self, state, epochs_done: int):
         """The model's ``on_epoch_end`` (module docstring) applied to the state's variables."""
         if self.on_epoch_end is None:
             return state
         variables = state.variables()
-        new = self.on_epoch_end(variables, epochs_done, self.hook_images)
+        new = self.on_epoch_end(variables, epochs_done, self.epoch_end_images)
         if new is not variables:
             state = state.replace_variables(new)
         return parallel.replicate(state, self.mesh)
@@ -235,7 +235,7 @@ class _Loop:
     def epoch_end(self) -> None:
         """Hooks, the epoch's train record, validation and best-model selection."""
         done = self.step // self.spe
-        self.state = self.run_hooks(self.state, done)
+        self.state = self.epoch_end_call(self.state, done)
         s = self.sums
         self.record("train", s[0] / max(s[2], 1), 100.0 * s[1] / max(s[2], 1))
         self.sums = [0.0, 0.0, 0]

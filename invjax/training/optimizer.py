@@ -163,7 +163,8 @@ def make_optimizer(tc, steps_per_epoch: int, params=None) -> optax.GradientTrans
 
 
 def count_params(params, prefixes: Sequence[str] | None = None) -> int:
-    """Number of parameter entries; with ``prefixes``, of those that train (``trainable_labels``)."""
+    """Number of parameter entries; with ``prefixes``, of those that train (see
+    :func:`trainable_labels`)."""
     leaves = jax.tree.leaves(params)
     if prefixes is None:
         return sum(int(np.prod(p.shape)) for p in leaves)

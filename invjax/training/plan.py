@@ -13,9 +13,9 @@
     finished single-stream run to reuse). Its model is ``config.model.streams.<stream>`` plus its
     own classifier, on the same data and seed. *Phase 2* trains the combination head in ``DIR``:
     the stream variables (convolutions, II layers, BatchNorm statistics) are copied from the
-    phase-1 checkpoints (``train.init_from``, :func:`invjax.training.state.graft`) and frozen (the model
-    runs them in eval mode behind ``stop_gradient``; ``train.trainable`` names only the head and
-    classifier, so no weight decay touches them either). ``config.train`` is phase 2's recipe:
+    phase-1 checkpoints (``train.init_from``, :func:`invjax.training.state.graft`) and frozen
+    (the model runs them in eval mode behind ``stop_gradient``; ``train.trainable`` names only the
+    head and classifier, so no weight decay touches them either). ``config.train`` is phase 2's recipe:
     the head hyperparameters of the appendix (Tables 9, 12, 14 of the combination heads) with the
     stream recipe's epochs and schedule divided by 4 (SVHN, CIFAR-10) or 10 (STL-10).
 ``'end_to_end'``
@@ -192,7 +192,8 @@ def _check_end_to_end(config) -> None:
 
 
 def stream_workdir(config, workdir: str, name: str) -> str:
-    """Phase 1's run of stream ``name``: ``config.phase1.<name>.workdir`` or ``DIR/streams/<name>``."""
+    """Phase 1's run of stream ``name``: ``config.phase1.<name>.workdir`` or
+    ``DIR/streams/<name>``."""
     given = config.phase1[name].get("workdir")
     return os.path.abspath(given or os.path.join(workdir, STREAMS_SUBDIR, name))
 

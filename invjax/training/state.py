@@ -26,8 +26,8 @@ class TrainState(struct.PyTreeNode):
 
     step: int32 scalar, updates done. rng: uint32 ``[2]`` base key (step keys are folded in).
     extra: variable collections other than params / batch_stats (e.g. ``ii_mask``), passed to
-    the model unchanged by a step (hooks may change them). best: ``{}`` or the variables
-    ``{'params', 'batch_stats', 'extra'}`` of the best validation epoch so far.
+    the model unchanged by a step (the model's ``on_epoch_end`` may change them). best: ``{}``
+    or the variables ``{'params', 'batch_stats', 'extra'}`` of the best validation epoch so far.
     """
 
     step: jax.Array
@@ -42,7 +42,7 @@ class TrainState(struct.PyTreeNode):
         return {"params": self.params, "batch_stats": self.batch_stats, **self.extra}
 
     def replace_variables(self, variables) -> TrainState:
-        """The state with model variables ``variables`` (e.g. returned by a hook)."""
+        """The state with model variables ``variables`` (e.g. from the model's ``on_epoch_end``)."""
         params, batch_stats, extra = split_variables(variables)
         return self.replace(params=params, batch_stats=batch_stats, extra=extra)
 
@@ -78,8 +78,8 @@ def graft(variables: dict, source: dict, src_prefix: str, dst_prefix: str) -> tu
     Every collection of ``source`` (params, batch_stats, ...) is copied leaf by leaf where the
     same relative path exists in the target; source leaves the target lacks (e.g. a single-stream
     run's own classifier) are left out. ``dst_prefix`` must hold parameters, every *parameter*
-    under it must receive a value, and shapes must agree: ValueError otherwise. Returns ``(new variables, leaves
-    left out)``. Pure (works on abstract ``ShapeDtypeStruct`` trees too).
+    under it must receive a value, and shapes must agree: ValueError otherwise. Returns
+    ``(new variables, leaves left out)``. Pure (works on abstract ``ShapeDtypeStruct`` trees too).
     """
     out = {k: dict(traverse_util.flatten_dict(v, sep="/")) for k, v in variables.items()}
     skipped = 0
