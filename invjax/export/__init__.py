@@ -226,12 +226,18 @@ class ExportedModel:
 
     def op_counts(self) -> dict[str, int]:
         """``{StableHLO op: occurrences in the module text}`` (``convolution``, ``dot_general``,
-        ``multiply`` ..., without the ``stablehlo.`` prefix), counting the ops on float tensors:
-        the integer shape arithmetic of the symbolic batch size is left out."""
+        ``multiply`` ..., without the ``stablehlo.`` prefix; the ops inside a reduction's body
+        count too). The integer shape arithmetic of the symbolic batch size (ops whose type
+        signature has no float tensor) and ``return`` are left out."""
         counts: collections.Counter = collections.Counter()
         for line in self.mlir().splitlines():
             op = re.search(r"\bstablehlo\.([a-z_]+)", line)
-            if op and "f32" in line.split(" loc(")[0].rsplit(" : ", 1)[-1]:
+            if not op or op.group(1) == "return":
+                continue
+            code = line.split(" loc(")[0]
+            # An op with a region ("reduce_window"(...) ({ ...) has its types on a later line.
+            signature = code.rsplit(" : ", 1)[1] if " : " in code else ""
+            if not signature or re.search(r"[x<]f(16|32|64)\b|bf16", signature):
                 counts[op.group(1)] += 1
         return dict(counts)
 
