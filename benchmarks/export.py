@@ -152,8 +152,8 @@ def run(args):
         t0 = time.perf_counter()
         v = random_variables(model, x)
         vs = random_variables(std, x, seed=1)
-        ex = export(model, v, x.shape[1:])
-        ex_std = export(std, vs, x.shape[1:])
+        ex = export(model, v, x.shape[1:], precision=args.precision)
+        ex_std = export(std, vs, x.shape[1:], precision=args.precision)
         # The variables are an argument (as in an eval loop), not constants XLA could fold.
         apply = jax.jit(lambda vv, z, m=model: m.apply(vv, z, train=False))
         train_form = lambda z, v=v, apply=apply: apply(v, z)  # noqa: E731

@@ -490,6 +490,19 @@ def test_any_network_of_layers_exports(photos16):
     assert ex.arrays["inference/lift/kernel"].shape == (4, 4, 3, 12)  # stride 2: box folded
 
 
+def test_export_for_cpu_and_gpu(photos16):
+    """``platforms=('cpu', 'cuda')`` lowers the program for both (a GPU can run a file made on
+    a CPU); on this backend it computes the same logits as the one-platform export."""
+    m = _TinyCustomNet()
+    v = random_variables(m, photos16)
+    one = export(m, v, photos16.shape[1:])
+    both = export(m, v, photos16.shape[1:], platforms=("cpu", "cuda"))
+    assert both.program.platforms == ("cpu", "cuda") and one.program.platforms == (
+        jax.default_backend(),
+    )
+    np.testing.assert_allclose(both(photos16), one(photos16), rtol=1e-6, atol=1e-7)
+
+
 def test_bad_input(photos16, tmp_path):
     m = tiny_wrn("std", head="pool")
     v = random_variables(m, photos16)
@@ -497,6 +510,8 @@ def test_bad_input(photos16, tmp_path):
         export(m, v, (16, 16))
     with pytest.raises(ValueError, match="not supported"):
         export(flax.linen.Dense(3), {"params": {}}, (16, 16, 3))
+    with pytest.raises(ValueError, match="export precision='tf32' is invalid"):
+        export(m, v, (16, 16, 3), precision="tf32")
     with pytest.raises(ValueError, match="not supported: give a Flax module"):
         export(lambda x: x, v, (16, 16, 3))
     ex = export(m, v, (16, 16, 3))

@@ -23,10 +23,11 @@ How (one source of truth: the network's own ``__call__``)
   inference form computes its arrays (collected by module path) and continues in that form;
   then traced with those arrays as inputs, every such layer reading its own, all other
   variables (``nn.Dense``, ...) passed as they are. The traced function is exported with
-  ``jax.export`` (symbolic batch size) under :data:`invjax.precision.EXACT`, so the
-  convolutions and matrix products carry ``precision = HIGHEST`` in the serialised module and
-  the exported logits equal the model's to float32 rounding on GPUs too. Nothing here knows a
-  network: a change to a network needs no change to export.
+  ``jax.export`` (symbolic batch size) under :data:`invjax.precision.EXACT` (unless told
+  otherwise), so every convolution and matrix product carries ``precision = HIGHEST`` in the
+  serialised module: true float32 products on every backend (TF32 is not allowed to creep in
+  on GPUs), the arithmetic under which the tests hold exported and model logits to 1e-5.
+  Nothing here knows a network: a change to a network needs no change to export.
 
   The export is for one image size (box folding depends on the parity of each map, the II
   weight maps on its size); the batch size is free.
@@ -58,7 +59,7 @@ from invjax import precision as P
 __all__ = ["FORMAT", "ExportedModel", "export", "load"]
 
 FORMAT = "invjax-export/2"
-PLATFORMS = None  # None: the default backend (jax.export's default); e.g. ("cpu", "cuda")
+PLATFORMS = None  # None: the default backend (jax.export's default); ("cpu", "cuda"): both
 _PROGRAM, _META, _ARRAY = "__stablehlo__", "__meta__", "a/"
 _LAYER = "inference"  # flat keys: 'inference/<module path>/<name>' | '<collection>/<path>/<name>'
 
@@ -293,7 +294,9 @@ def _check_image_shape(image_shape) -> tuple[int, int, int]:
     return shape
 
 
-def export(model, variables, image_shape: Sequence[int], *, platforms=PLATFORMS) -> ExportedModel:
+def export(
+    model, variables, image_shape: Sequence[int], *, precision: str = P.EXACT, platforms=PLATFORMS
+) -> ExportedModel:
     """The eval-mode network ``model.apply(variables, x, train=False)`` as an :class:`ExportedModel`.
 
     Args:
@@ -301,9 +304,11 @@ def export(model, variables, image_shape: Sequence[int], *, platforms=PLATFORMS)
         :mod:`invjax.models`).
       variables: its variables (``params``, ``batch_stats``, ``ii_mask``).
       image_shape: ``(H, W, C)`` of the images the export will take.
-      platforms: the backends the serialised program is lowered for.
+      precision: the :mod:`invjax.precision` the program is traced (and serialised) in.
+      platforms: the backends the serialised program is lowered for (None: the default one).
     """
     shape = _check_image_shape(image_shape)
+    P.check(precision, "export precision")
     if not isinstance(model, nn.Module):
         raise ValueError(
             f"export: model {type(model).__name__} is not supported: give a Flax module"
@@ -322,7 +327,7 @@ def export(model, variables, image_shape: Sequence[int], *, platforms=PLATFORMS)
     (batch,) = jax.export.symbolic_shape("b")
     specs = {k: jax.ShapeDtypeStruct(a.shape, a.dtype) for k, a in arrays.items()}
     images = jax.ShapeDtypeStruct((batch,) + shape, jnp.float32)
-    with P.scope(P.EXACT):
+    with P.scope(precision):
         program = jax.export.export(
             jax.jit(functools.partial(_forward, model)),
             platforms=None if platforms is None else tuple(platforms),
