@@ -13,6 +13,11 @@ Basis settings (``frequency_cutoff``, ``sigma``, ``rings``): those of
 :func:`invjax.bases.e2.transformed_basis`; the defaults are e2cnn's ``R2Conv`` defaults and
 :data:`invjax.bases.e2.E2CNN_EXPERIMENTS` are the values of e2cnn's experiments (the paper's
 configs). ``downsample``: the stride-2 rule of :func:`invjax.ops.conv.conv2d`.
+
+Inference form (:mod:`invjax.export`): the convolutions and the BatchNorm define
+``inference_arrays(x)`` (the expanded, box-folded kernel; the folded affine map) and
+``inference_call(arrays, x)``; :class:`GroupPool` and :class:`Restrict` have no parameters and
+are their own inference form.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ module                              paper                                       
 ``AveragePooling``                  global average pooling                      none
 ==================================  ==========================================  =================
 
+Inference form (:mod:`invjax.export`): the WS layers define ``inference_arrays(x)`` (the weight
+map ``M`` on ``x``'s grid, flattened: a dense layer) and ``inference_call(arrays, x)``; the
+monomial layer keeps only its unpruned pairs' exponent columns.
+
 ``method`` selects ``"fast"`` (the closed forms, default) or ``"reference"`` (convolve with every
 transformed kernel, then average); the WS layers also take ``"weight_map"``. All give the same
 numbers up to float32 rounding (tests/test_ii_layers.py).

@@ -9,6 +9,10 @@ Scale-Conv, Scale-MaxProj; SESN / DISCO layers):
 - :class:`ScaleConv`      ``[B, H, W, S, Cin] -> [B, H', W', S, features]``
 - :class:`ScaleMaxProjection` ``[B, H, W, S, C] -> [B, H, W, C]``
 - :class:`ScaleBatchNorm` per-channel statistics shared by all scales (stays equivariant).
+
+Inference form (:mod:`invjax.export`): the convolutions and the BatchNorm define
+``inference_arrays(x)`` (the kernel of all scales expanded once, box-folded; the folded affine
+map) and ``inference_call(arrays, x)``.
 """
 
 from __future__ import annotations
