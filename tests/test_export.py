@@ -503,6 +503,25 @@ def test_export_for_cpu_and_gpu(photos16):
     np.testing.assert_allclose(both(photos16), one(photos16), rtol=1e-6, atol=1e-7)
 
 
+def test_box_folded_kernel_contract(photos16):
+    """:func:`invjax.ops.conv.inference_kernel` folds the stride-2 box once; :func:`conv2d`
+    applies the folded (even) kernel as it is, and refuses an even kernel where it would not
+    have folded (odd grid, stride 1, another rule)."""
+    from invjax.ops.conv import conv2d, inference_kernel
+
+    k = jnp.asarray(np.random.default_rng(0).normal(size=(3, 3, 3, 4)), jnp.float32)
+    folded = inference_kernel(k, photos16.shape, 2)
+    assert folded.shape == (4, 4, 3, 4)
+    np.testing.assert_allclose(conv2d(photos16, folded, 2), conv2d(photos16, k, 2), atol=1e-6)
+    assert inference_kernel(k, photos16[:, 1:, 1:].shape, 2) is k  # 15x15: no box
+    assert inference_kernel(k, photos16.shape, 2, "maxpool") is k
+    for x, stride, rule in [(photos16[:, 1:, 1:], 2, "symmetric"), (photos16, 1, "symmetric")]:
+        with pytest.raises(ValueError, match="square and odd"):
+            conv2d(x, folded, stride, downsample=rule)
+    with pytest.raises(ValueError, match="square and odd"):
+        conv2d(photos16, folded, 2, downsample="strided")
+
+
 def test_bad_input(photos16, tmp_path):
     m = tiny_wrn("std", head="pool")
     v = random_variables(m, photos16)
