@@ -24,11 +24,14 @@ Table 1 (``--table1``)
   columns: ``Input`` applies the layer to the 28 x 28 image itself; ``Input x2`` to the x2
   nearest-upsampled 56 x 56 image (what the network's first convolution sees; the paper's
   "directly processing the input" does not say which, so both are reported); ``CNN`` applies it
-  on top of a randomly initialised scale-equivariant CNN of the Scaled-MNIST architecture
-  (:class:`ScaledMNISTBackbone`: x2 nearest upsampling, ScaleLiftConv 32, max pool,
-  ScaleConv 63, max pool, ScaleConv 95, each conv followed by BN (inference mode) and ReLU; DISCO
-  basis, k = 15, effective size 7, scales 2^(i/3) for i < 4; scale max projection), the same
-  backbone for all four rows. Every random draw is seeded by ``--seed``.
+  on top of a randomly initialised scale-equivariant CNN of the Scaled-MNIST architecture: the
+  II-DISCO WS network of :mod:`invjax.models.mnist` itself (x2 nearest upsampling, ScaleLiftConv
+  32, ReLU, max pool, BN, ScaleConv 63, ReLU, max pool, BN, ScaleConv 95, BN, ReLU, scale max
+  projection; DISCO basis, k = 15, effective size 7, scales 2^(i/3) for i < 4; BN in inference
+  mode) up to the map its II layer reads (:func:`table1_backbone`), the same for all four rows.
+  At initialisation every BN is the multiplication by ``1/sqrt(1 + 1e-5)`` and the biases are 0,
+  which commute with ReLU and max pooling, so this is also the order conv -> BN -> ReLU -> pool.
+  Every random draw is seeded by ``--seed``.
 
   Aggregation over samples. Section 5.1 defines Delta per sample and does not say how the 100
   samples are combined, so three readings are reported: ``mean`` (the mean of the per-sample
@@ -62,6 +65,7 @@ Model mode (``--config``)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -76,6 +80,7 @@ import numpy as np
 from invjax import compilation_cache
 from invjax import groups as G
 from invjax import precision as P
+from invjax.models.common import upsample
 
 SCALES: tuple[float, ...] = tuple(round(0.5 + 0.05 * i, 2) for i in range(11))
 TRANSFORMS: tuple[str, ...] = ("rot90", "flip", "rot45", "scale")
@@ -196,38 +201,28 @@ def invariance_error(
 # --------------------------------------------------------------------------- Table 1
 
 
-class ScaledMNISTBackbone(nn.Module):
-    """The Scaled-MNIST scale-equivariant CNN up to the pooling (paper appendix, DISCO's model).
+def table1_backbone(widths: Sequence[int] = (32, 63, 95)):
+    """``(model, features)``: the II-DISCO WS network of :mod:`invjax.models.mnist` with conv
+    widths ``widths`` and ``features(variables, x) -> [B, 14, 14, widths[2]]``, the map that the
+    model's own ``__call__`` hands to its II layer (captured there; the rest of the network is
+    dead code that ``jax.jit`` drops)."""
+    from invjax.models.mnist import ScaledMNISTNet
 
-    ``[B, 28, 28, 1] -> x2 nearest upsampling -> [ScaleLiftConv | ScaleConv](w_i) -> BN -> ReLU
-    (-> 2x2 max pool after the first two) -> scale max projection -> [B, 14, 14, w_3]``.
-    """
+    model = ScaledMNISTNet(family="scale", basis="disco", head="ii", widths=tuple(widths))
 
-    widths: Sequence[int] = (32, 63, 95)
-    kernel_size: int = 15
-    effective_size: int = 7
-    scales: Sequence[float] = tuple(2 ** (i / 3) for i in range(4))
-    basis: str = "disco"
+    def features(variables, x):
+        seen = []
 
-    @nn.compact
-    def __call__(self, x, train: bool = False):
-        from invjax.layers import scale as S
+        def capture(next_fun, args, kwargs, context):
+            if context.method_name == "__call__" and context.module.name == "ii":
+                seen.append(args[0])
+            return next_fun(*args, **kwargs)
 
-        x = jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2)
-        kw = dict(
-            kernel_size=self.kernel_size,
-            effective_size=self.effective_size,
-            scales=tuple(self.scales),
-            basis=self.basis,
-        )
-        for i, w in enumerate(self.widths):
-            conv = S.ScaleLiftConv(w, **kw) if i == 0 else S.ScaleConv(w, **kw)
-            x = nn.relu(S.ScaleBatchNorm()(conv(x), train))
-            if i < len(self.widths) - 1:
-                b, h, wd, s, c = x.shape
-                x = nn.max_pool(x.reshape(b, h, wd, s * c), (2, 2), (2, 2))
-                x = x.reshape(b, h // 2, wd // 2, s, c)
-        return S.ScaleMaxProjection()(x)
+        with nn.intercept_methods(capture):
+            model.apply(variables, x, train=False)
+        return seen[0]
+
+    return model, features
 
 
 def table1_layers(n_channels: int) -> dict[str, nn.Module]:
@@ -265,11 +260,6 @@ def _parse_columns(columns: Sequence[str]) -> list[str]:
     return [c for c in TABLE1_COLUMNS if c in names]
 
 
-def _upsample2(z):
-    """The network's first layer: x2 nearest upsampling of ``[..., H, W, C]``."""
-    return jnp.repeat(jnp.repeat(z, 2, axis=-3), 2, axis=-2)
-
-
 def table1_terms(
     n_samples: int = TABLE1_SAMPLES,
     seed: int = TABLE1_SEED,
@@ -295,11 +285,11 @@ def table1_terms(
         if column == "Input":
             feats_of = jax.jit(lambda z: z)
         elif column == "Input x2":
-            feats_of = jax.jit(_upsample2)
+            feats_of = jax.jit(lambda z: upsample(z, 2, "nearest"))  # the network's first layer
         else:
-            backbone = ScaledMNISTBackbone(tuple(widths))
+            backbone, features = table1_backbone(widths)
             bvars = backbone.init(jax.random.fold_in(key, 1), x[:1])
-            feats_of = jax.jit(lambda z, bvars=bvars, backbone=backbone: backbone.apply(bvars, z))
+            feats_of = jax.jit(functools.partial(features, bvars))
         # the layer inputs of every sample under every scale: [S + 1, N, h, w, c], s = identity first
         stack = []
         for i in range(0, len(x), batch_size):

@@ -1,88 +1,211 @@
-"""Fused inference: a trained invjax network as plain convolutions and dense layers.
+"""Export: a trained invjax network as serialised StableHLO plus a flat dict of arrays.
 
     exported = export(model, variables, image_shape=(32, 32, 3))
-    logits = exported(images)                       # jitted; images [B, 32, 32, 3]
+    logits = exported(images)                       # images [B, 32, 32, 3], any batch size B
     exported.save("net.npz"); exported = load("net.npz")
     logits = jax.jit(exported.apply)(exported.arrays, images)   # pure in (arrays, images)
 
-:func:`export` takes any model of :mod:`invjax.models` (``WideResNet`` of every family and head,
-``ScaledMNISTNet`` of every head, ``MultiStreamNetwork`` with every combination head, the tiny
-``SimpleCNN``) and its variables, and returns an :class:`ExportedModel`: a static program of plain
-ops (:mod:`invjax.export.graph`) and a flat dict of float32 arrays. The export is for one image
-size (stride-2 box folding depends on the parity of each map, the II weight maps on its size);
-the batch size is free. Eval mode: BatchNorm uses its running statistics, dropout is off.
+How (one source of truth: the network's own ``__call__``)
+  Each layer owns its inference form next to its training form: ``inference_arrays(x)``
+  computes, from the layer's variables and the shape of its input ``x``, the arrays that eval
+  mode needs, and ``inference_call(arrays, x, ...)`` computes the layer from them. E(2) and scale
+  convolutions: the kernel expanded from the basis coefficients once, with the stride-2 box of
+  :func:`invjax.ops.conv.conv2d` folded in where the grid is even; BatchNorms (E(2), scale, Flax's
+  ``nn.BatchNorm``, whose form lives here as Flax owns the class): one per-channel affine map;
+  WS II layers: the weight map ``M`` of eq. (4, 5, 7), a dense layer on the flattened map;
+  monomial II: only the exponent columns of the unpruned pairs; the multi-stream head: one
+  matrix ``W_j diag(w_j / sum_k w_k)`` per stream. Layers without parameters (ReLU, pooling,
+  :class:`~invjax.layers.e2.Restrict`'s static gather, the scale max projection, upsampling) and
+  plain ``nn.Dense`` / ``nn.Conv`` are already in their inference form.
 
-What is folded (all exact algebra; the tests hold the logits to 1e-5 relative)
-  * Steerable bases: every E(2) (lift, regular, trivial) and scale (lift, scale conv) filter is
-    expanded once into a dense HWIO kernel; the 1x1 scale shortcut becomes a grouped 1x1 conv.
-  * The stride-2 rule of :func:`invjax.ops.conv.conv2d` on even grids: the 2x2 box is folded into
-    the ``(k+1) x (k+1)`` kernel once, instead of at every call.
-  * Restrictions (D8 -> D4 -> D1): the static channel permutation moves past the next
-    BatchNorm and ReLU and ends up in the rows of the convolutions that read it.
-  * BatchNorm: folded into the convolution / dense layer that produces its input (``conv -> BN``;
-    also into both addends of a residual sum of two convolutions), else into the convolution /
-    dense layer that reads its output (``BN -> conv``: the shift becomes a bias, a ``[H', W',
-    O]`` map where zero padding makes it position dependent). A pre-activation BatchNorm whose
-    input also feeds an identity shortcut is followed by a ReLU and cannot go anywhere: it stays
-    a per-channel ``affine`` op.
-  * E(2)-II, rotation-II and translation-II WS: the closed form ``A = sum_y x(y) M(y)`` with the
-    weight map ``M`` of the group-symmetrised kernel (:func:`invjax.ops.ii.ws_weight_map`), i.e.
-    a dense layer on the flattened map, composed with the classifier into one ``[H W C, classes]``
-    matrix. Average pooling stays a mean followed by the (composed) dense layer.
-  * Multi-stream head: ``W_j``, the normalised weights ``w_j / sum_k w_k`` and the classifier are
-    one matrix ``A_j = W_j diag(w_j / sum_k w_k) W_cls`` per stream (``concat``: the rows of
-    ``W_cls``), composed with the stream's last linear map (its II weight map, its Scale-II
-    numerator and BatchNorm, or the dense after the mean): ``logits = sum_j A_j(x_j) + b``.
-  * Scaled-MNIST: the channel-major flattening is a permutation of the first dense layer's rows;
-    pruned monomial pairs are dropped (their exponents and their rows).
+  :func:`export` runs ``model.apply(variables, x, train=False)`` twice under
+  ``flax.linen.intercept_methods``: first eagerly on one image, where every layer with an
+  inference form computes its arrays (collected by module path) and continues in that form;
+  then traced with those arrays as inputs, every such layer reading its own, all other
+  variables (``nn.Dense``, ...) passed as they are. The traced function is exported with
+  ``jax.export`` (symbolic batch size) under :data:`invjax.precision.EXACT` (unless told
+  otherwise), so every convolution and matrix product carries ``precision = HIGHEST`` in the
+  serialised module: true float32 products on every backend (TF32 is not allowed to creep in
+  on GPUs), the arithmetic under which the tests hold exported and model logits to 1e-5.
+  Nothing here knows a network: a change to a network needs no change to export.
 
-What stays explicit (not linear, or cheaper unfolded)
-  ReLU; max / average pooling between layers and in the pooling heads; the scale max projection;
-  the nearest / bicubic x2 upsampling of the Scaled-MNIST networks; Scale-II WS's
-  ``max(x, epsilon)`` clamp and its division by the mean of the clamped map (op ``scale_ii``: the
-  numerator, the BatchNorm after it and, where that is not more work, the next dense layer are
-  one matrix); Scale-II monomials (op ``monomial_ii``: log, a correlation with a dense exponent
-  kernel, log-sum-exp, exp); non-foldable BatchNorms as ``affine``; a dense layer is not composed
-  into the previous one when that would cost more multiplications (Scale-II's 95 features into
-  the 256-wide hidden layer).
+  The export is for one image size (box folding depends on the parity of each map, the II
+  weight maps on its size); the batch size is free.
+
+Running an export without invjax (only ``jax`` and ``numpy``)::
+
+    import jax, numpy as np
+    with np.load("net.npz") as f:
+        program = jax.export.deserialize(bytearray(f["__stablehlo__"].tobytes()))
+        arrays = {k[2:]: f[k] for k in f.files if k.startswith("a/")}
+    logits = program.call(arrays, images)           # images float32 [B, H, W, C]
 """
 
 from __future__ import annotations
 
+import collections
 import functools
+import json
+import re
 from collections.abc import Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from invjax.export import emit, passes
-from invjax.export.graph import Graph, OpSpec, program_from_json, program_to_json, run
+from invjax import precision as P
 
-__all__ = ["ExportedModel", "export", "load"]
+__all__ = ["FORMAT", "ExportedModel", "export", "load"]
+
+FORMAT = "invjax-export/2"
+PLATFORMS = None  # None: the default backend (jax.export's default); ("cpu", "cuda"): both
+_PROGRAM, _META, _ARRAY = "__stablehlo__", "__meta__", "a/"
+_LAYER = "inference"  # flat keys: 'inference/<module path>/<name>' | '<collection>/<path>/<name>'
 
 
-@functools.lru_cache(maxsize=32)
-def _jitted(program: tuple[OpSpec, ...], output: str):
-    return jax.jit(functools.partial(run, program, output))
+# --------------------------------------------------------------------------- Flax's own layers
+
+
+def _flax_batch_norm_arrays(module: nn.BatchNorm, x):
+    """Eval-mode ``nn.BatchNorm`` (features on the last axis) as ``x * a + s`` per channel:
+    ``a = scale / sqrt(var + eps)``, ``s = bias - mean * a``. None where that does not apply."""
+    if module.axis != -1 or module.axis_name is not None or x.ndim < 2:
+        return None
+    var = module.get_variable("batch_stats", "var")
+    a = jax.lax.rsqrt(var + module.epsilon)
+    if module.use_scale:
+        a = a * module.get_variable("params", "scale")
+    s = -module.get_variable("batch_stats", "mean") * a
+    if module.use_bias:
+        s = s + module.get_variable("params", "bias")
+    return {"scale": a, "shift": s}
+
+
+def _flax_batch_norm_call(module, arrays, x, *args, **kwargs):
+    return x * arrays["scale"] + arrays["shift"]
+
+
+def _form(module: nn.Module):
+    """``(arrays(x, *args), call(arrays, *args, **kwargs))`` of ``module``'s inference form, or
+    None (the training form is the inference form). ``arrays`` may also answer None."""
+    if hasattr(type(module), "inference_arrays"):
+        return (
+            lambda *a, **k: module.inference_arrays(a[0]),
+            module.inference_call,
+        )
+    if type(module) is nn.BatchNorm:
+        ra = module.use_running_average
+
+        def arrays(x, use_running_average=None, **_):
+            eval_mode = use_running_average if use_running_average is not None else ra
+            return _flax_batch_norm_arrays(module, x) if eval_mode else None
+
+        return arrays, functools.partial(_flax_batch_norm_call, module)
+    return None
+
+
+def _key(module: nn.Module) -> str:
+    return "/".join(module.path)
+
+
+# --------------------------------------------------------------------------- the two passes
+
+
+def _collect(model, variables, shape) -> dict[str, dict[str, np.ndarray]]:
+    """Run the model eagerly on one zero image; every layer with an inference form records its
+    arrays (by module path) and continues in that form. Returns ``{path: {name: array}}``."""
+    found: dict[str, dict[str, np.ndarray]] = {}
+
+    def intercept(next_fun, args, kwargs, context):
+        m = context.module
+        if context.method_name != "__call__" or m.scope is None or not args:
+            return next_fun(*args, **kwargs)
+        form = _form(m)
+        arrays = None if form is None else form[0](*args, **kwargs)
+        if arrays is None:
+            return next_fun(*args, **kwargs)
+        key = _key(m)
+        if key in found:
+            raise ValueError(f"export: layer {key!r} is called more than once: not supported")
+        found[key] = {n: np.asarray(a) for n, a in arrays.items()}
+        return form[1](found[key], *args, **kwargs)
+
+    with P.scope(P.EXACT), nn.intercept_methods(intercept):
+        model.apply(variables, jnp.zeros((1,) + shape, jnp.float32), train=False)
+    return found
+
+
+def _flatten(tree, prefix=()):
+    if hasattr(tree, "items"):
+        for k, v in tree.items():
+            yield from _flatten(v, prefix + (str(k),))
+    else:
+        yield prefix, tree
+
+
+def _flat_arrays(variables, layers: dict) -> dict[str, np.ndarray]:
+    """The export's inputs: every layer's inference arrays, then every variable of the model that
+    no such layer holds (``nn.Dense`` kernels ...), flat ``'/'``-joined keys, float32 / int32."""
+    out = {}
+    for path, arrays in layers.items():
+        for name, a in arrays.items():
+            out["/".join((_LAYER, path, name))] = a
+    owned = [tuple(p.split("/")) if p else () for p in layers]
+    for path, leaf in _flatten(variables):
+        module = path[1:-1]
+        if not any(module[: len(o)] == o for o in owned):
+            out["/".join(path)] = np.asarray(leaf)
+    return {
+        k: a.astype(np.int32 if np.issubdtype(a.dtype, np.integer) else np.float32)
+        for k, a in out.items()
+    }
+
+
+def _forward(model, arrays: dict, images):
+    """The model's own ``__call__`` (eval mode) with its layers in their inference forms."""
+    layers: dict[str, dict] = collections.defaultdict(dict)
+    variables: dict = {}
+    for key, a in arrays.items():
+        if key.startswith(_LAYER + "/"):
+            path, name = key[len(_LAYER) + 1 :].rsplit("/", 1)
+            layers[path][name] = a
+            continue
+        node = variables
+        *parents, name = key.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[name] = a
+
+    def intercept(next_fun, args, kwargs, context):
+        m = context.module
+        if context.method_name == "__call__" and m.scope is not None and _key(m) in layers:
+            return _form(m)[1](layers[_key(m)], *args, **kwargs)
+        return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(intercept):
+        return model.apply(variables, images, train=False)
+
+
+# --------------------------------------------------------------------------- the artifact
 
 
 class ExportedModel:
-    """A fused network: ``program`` (static ops) and ``arrays`` (its parameters, a flat dict).
+    """A serialised network: ``program`` (a ``jax.export.Exported``) and its ``arrays``.
 
-    ``model(images) -> logits`` runs the jitted program; :meth:`apply` is the same pure function
-    of ``(arrays, images)`` for callers that jit, shard or differentiate it themselves.
+    ``model(images) -> logits`` runs the program (jitted); :meth:`apply` is the same pure
+    function of ``(arrays, images)`` for callers that jit or shard it themselves.
     """
 
-    def __init__(self, program, arrays: dict, output: str, input_shape: Sequence[int]):
-        self.program = tuple(program)
-        self.arrays = {k: np.asarray(v) for k, v in arrays.items()}
-        self.output = output
+    def __init__(self, program: jax.export.Exported, arrays: dict, input_shape: Sequence[int]):
+        self.program = program
+        self.arrays = dict(arrays)
         self.input_shape = tuple(int(s) for s in input_shape)
+        self._jitted = jax.jit(program.call)
 
     def apply(self, arrays, images):
         """Logits ``[B, classes]`` of ``images [B, H, W, C]``: pure, traceable, jit-able."""
-        return run(self.program, self.output, arrays, images)
+        return self.program.call(arrays, images)
 
     def __call__(self, images):
         images = jnp.asarray(images, jnp.float32)
@@ -91,47 +214,69 @@ class ExportedModel:
                 f"images of shape {tuple(images.shape)} do not fit this export: expected "
                 f"[B, {', '.join(map(str, self.input_shape))}] (export again for another size)"
             )
-        return _jitted(self.program, self.output)(self.arrays, images)
+        return self._jitted(self.arrays, images)
 
     @property
     def num_params(self) -> int:
-        return int(sum(a.size for a in self.arrays.values()))
+        """Scalars in the float arrays (the integer index arrays of pruned monomials excluded)."""
+        return int(sum(a.size for a in self.arrays.values() if a.dtype.kind == "f"))
 
-    def op_counts(self) -> dict:
-        counts: dict[str, int] = {}
-        for op in self.program:
-            counts[op.kind] = counts.get(op.kind, 0) + 1
-        return counts
+    def mlir(self) -> str:
+        """The StableHLO module as text."""
+        return self.program.mlir_module()
+
+    def op_counts(self) -> dict[str, int]:
+        """``{StableHLO op: occurrences in the module text}`` (``convolution``, ``dot_general``,
+        ``multiply`` ..., without the ``stablehlo.`` prefix; the ops inside a reduction's body
+        count too). The integer shape arithmetic of the symbolic batch size (ops whose type
+        signature has no float tensor) and ``return`` are left out."""
+        counts: collections.Counter = collections.Counter()
+        for line in self.mlir().splitlines():
+            op = re.search(r"\bstablehlo\.([a-z_]+)", line)
+            if not op or op.group(1) == "return":
+                continue
+            code = line.split(" loc(")[0]
+            # An op with a region ("reduce_window"(...) ({ ...) has its types on a later line.
+            signature = code.rsplit(" : ", 1)[1] if " : " in code else ""
+            if not signature or re.search(r"[x<]f(16|32|64)\b|bf16", signature):
+                counts[op.group(1)] += 1
+        return dict(counts)
 
     def summary(self) -> str:
-        """One line per op: kind, name, parameter shapes."""
-        lines = []
-        for op in self.program:
-            shapes = ", ".join(f"{p}{list(self.arrays[f'{op.name}/{p}'].shape)}" for p in op.params)
-            lines.append(f"{op.kind:<12} {op.name:<40} {shapes}")
+        """One line per array (name, shape), then the op counts."""
+        lines = [f"{k:<60} {list(a.shape)}" for k, a in self.arrays.items()]
+        counts = sorted(self.op_counts().items(), key=lambda kv: -kv[1])
+        lines.append("ops: " + ", ".join(f"{k} {n}" for k, n in counts))
         return "\n".join(lines)
 
     def save(self, path) -> None:
-        """Write ``path`` (``.npz``): the arrays plus the program as JSON (no pickle)."""
+        """Write ``path`` (``.npz``, no pickle): the serialised program, a JSON header and the
+        arrays (``a/<key>``). See the package doc for loading it with jax alone."""
+        meta = {"format": FORMAT, "input_shape": list(self.input_shape)}
         np.savez(
             path,
-            __program__=np.asarray(program_to_json(self.program, self.output, self.input_shape)),
-            **{f"arrays/{k}": v for k, v in self.arrays.items()},
+            **{_PROGRAM: np.frombuffer(bytes(self.program.serialize()), np.uint8)},
+            **{_META: np.asarray(json.dumps(meta))},
+            **{_ARRAY + k: v for k, v in self.arrays.items()},
         )
 
     @classmethod
     def load(cls, path) -> ExportedModel:
         with np.load(path, allow_pickle=False) as f:
-            if "__program__" not in f.files:
-                raise ValueError(f"{path} is not an invjax export: it has no '__program__' entry")
-            program, output, input_shape = program_from_json(str(f["__program__"]))
-            arrays = {k[len("arrays/") :]: f[k] for k in f.files if k.startswith("arrays/")}
-        missing = [
-            f"{op.name}/{p}" for op in program for p in op.params if f"{op.name}/{p}" not in arrays
-        ]
-        if missing:
-            raise ValueError(f"{path}: arrays {missing[:3]} of the program are missing")
-        return cls(program, arrays, output, input_shape)
+            if _PROGRAM not in f.files or _META not in f.files:
+                raise ValueError(
+                    f"{path} is not an invjax export: it has no '{_PROGRAM}' / '{_META}' entry"
+                )
+            meta = json.loads(str(f[_META]))
+            if meta.get("format") != FORMAT:
+                raise ValueError(f"{path}: format {meta.get('format')!r} is not {FORMAT!r}")
+            program = jax.export.deserialize(bytearray(f[_PROGRAM].tobytes()))
+            arrays = {k[len(_ARRAY) :]: f[k] for k in f.files if k.startswith(_ARRAY)}
+        (want, _), _ = jax.tree_util.tree_unflatten(program.in_tree, program.in_avals)
+        if set(want) != set(arrays):
+            missing = sorted(set(want) - set(arrays))[:3]
+            raise ValueError(f"{path}: arrays {missing} of the program are missing")
+        return cls(program, arrays, meta["input_shape"])
 
 
 def load(path) -> ExportedModel:
@@ -149,26 +294,42 @@ def _check_image_shape(image_shape) -> tuple[int, int, int]:
     return shape
 
 
-def export(model, variables, image_shape: Sequence[int], *, fuse: bool = True) -> ExportedModel:
+def export(
+    model, variables, image_shape: Sequence[int], *, precision: str = P.EXACT, platforms=PLATFORMS
+) -> ExportedModel:
     """The eval-mode network ``model.apply(variables, x, train=False)`` as an :class:`ExportedModel`.
 
     Args:
-      model: a :mod:`invjax.models` network (``WideResNet``, ``ScaledMNISTNet``,
-        ``MultiStreamNetwork``, ``SimpleCNN``).
+      model: a Flax module whose ``__call__`` takes ``(images, train=False)`` (every network of
+        :mod:`invjax.models`).
       variables: its variables (``params``, ``batch_stats``, ``ii_mask``).
       image_shape: ``(H, W, C)`` of the images the export will take.
-      fuse: ``False`` keeps the expanded but unfused graph (every BatchNorm an ``affine``, the
-        restriction a ``gather``, the head's layers separate): for tests and benchmarks.
+      precision: the :mod:`invjax.precision` the program is traced (and serialised) in.
+      platforms: the backends the serialised program is lowered for (None: the default one).
     """
     shape = _check_image_shape(image_shape)
-    emit.check_supported(model)
+    P.check(precision, "export precision")
+    if not isinstance(model, nn.Module):
+        raise ValueError(
+            f"export: model {type(model).__name__} is not supported: give a Flax module"
+        )
     x = jax.ShapeDtypeStruct((1,) + shape, jnp.float32)
     # Abstractly run the model first: a wrong image size or foreign variables fail here, with the
     # model's own message, before any export work.
-    jax.eval_shape(lambda v, z: model.apply(v, z, train=False), variables, x)
-    g = Graph(shape)
-    g.output = emit.logits(emit.Emitter(g), model, variables)
-    if fuse:
-        passes.fuse(g)
-    program, arrays = g.freeze()
-    return ExportedModel(program, arrays, g.output, shape)
+    try:
+        jax.eval_shape(lambda v, z: model.apply(v, z, train=False), variables, x)
+    except Exception as err:  # noqa: BLE001 (re-raised with what was asked)
+        raise ValueError(
+            f"export: {type(model).__name__}.apply(variables, images [1, {', '.join(map(str, shape))}],"
+            f" train=False) is not supported: {err}"
+        ) from err
+    arrays = _flat_arrays(variables, _collect(model, variables, shape))
+    (batch,) = jax.export.symbolic_shape("b")
+    specs = {k: jax.ShapeDtypeStruct(a.shape, a.dtype) for k, a in arrays.items()}
+    images = jax.ShapeDtypeStruct((batch,) + shape, jnp.float32)
+    with P.scope(precision):
+        program = jax.export.export(
+            jax.jit(functools.partial(_forward, model)),
+            platforms=None if platforms is None else tuple(platforms),
+        )(specs, images)
+    return ExportedModel(program, arrays, shape)

@@ -13,6 +13,11 @@ Basis settings (``frequency_cutoff``, ``sigma``, ``rings``): those of
 :func:`invjax.bases.e2.transformed_basis`; the defaults are e2cnn's ``R2Conv`` defaults and
 :data:`invjax.bases.e2.E2CNN_EXPERIMENTS` are the values of e2cnn's experiments (the paper's
 configs). ``downsample``: the stride-2 rule of :func:`invjax.ops.conv.conv2d`.
+
+Inference form (:mod:`invjax.export`): the convolutions and the BatchNorm define
+``inference_arrays(x)`` (the expanded, box-folded kernel; the folded affine map) and
+``inference_call(arrays, x)``; :class:`GroupPool` and :class:`Restrict` have no parameters and
+are their own inference form.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import jax.numpy as jnp
 from invjax.bases import e2 as e2_bases
 from invjax.groups import Group, check_chain, parse_group
 from invjax.ops import e2 as ops
+from invjax.ops.conv import conv2d, inference_kernel
 
 
 def _he(fan_in: int, nbasis: int):
@@ -85,6 +91,18 @@ class E2LiftConv(nn.Module):
         w = self.param("weight", _he(x.shape[-1], nb), (x.shape[-1], self.features, nb))
         return ops.lift_conv(x, w, phi, self.stride, self.downsample)
 
+    def inference_arrays(self, x):
+        """``{'kernel': [k', k', Ci, features * |G|]}``: ``K = sum_b w_b Phi_b`` expanded once
+        (:func:`invjax.ops.e2.expand_lift`), the stride-2 box folded in where
+        :func:`invjax.ops.conv.conv2d` folds it on ``x`` (``k' = k + 1``), else ``k' = k``."""
+        w = self.get_variable("params", "weight")
+        kernel = ops.expand_lift(w, self.basis(parse_group(self.group)))
+        return {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
+
+    def inference_call(self, arrays, x):
+        """The layer from :meth:`inference_arrays`: one plain convolution."""
+        return conv2d(x, arrays["kernel"], self.stride, downsample=self.downsample)
+
 
 class E2Conv(nn.Module):
     """Group convolution on regular fields: ``[B, H, W, Ci * |G|]`` -> ``[B, H', W', features * |G|]``.
@@ -120,6 +138,22 @@ class E2Conv(nn.Module):
             return ops.trivial_conv(x, w, phi, self.stride, self.downsample)
         w = self.param("weight", init, (ci, self.features, g.order, nb))
         return ops.group_conv(x, w, phi, g, self.stride, self.downsample)
+
+    def inference_arrays(self, x):
+        """``{'kernel': [k', k', Ci |G|, features * |G|]}`` (``[.., features]`` with
+        ``trivial_out``): the expanded kernel (:func:`invjax.ops.e2.expand_regular` /
+        ``expand_to_trivial``), box-folded as in :meth:`E2LiftConv.inference_arrays`."""
+        g = parse_group(self.group)
+        w = self.get_variable("params", "weight")
+        phi = self.basis(g)
+        kernel = (
+            ops.expand_to_trivial(w, phi) if self.trivial_out else ops.expand_regular(w, phi, g)
+        )
+        return {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
+
+    def inference_call(self, arrays, x):
+        """The layer from :meth:`inference_arrays`: one plain convolution."""
+        return conv2d(x, arrays["kernel"], self.stride, downsample=self.downsample)
 
 
 class GroupPool(nn.Module):
@@ -183,3 +217,19 @@ class E2BatchNorm(nn.Module):
         mul = scale * jax.lax.rsqrt(var + self.epsilon)
         add = bias - mean * mul
         return x * jnp.repeat(mul, order) + jnp.repeat(add, order)
+
+    def inference_arrays(self, x):
+        """Eval mode folded into one per-channel affine map ``y = x * a + s`` (``[C |G|]`` each):
+        ``a = scale / sqrt(var + eps)``, ``s = bias - mean * a``, repeated over each field."""
+        del x
+        order = 1 if self.group is None else parse_group(self.group).order
+        mean = self.get_variable("batch_stats", "mean")
+        var = self.get_variable("batch_stats", "var")
+        mul = self.get_variable("params", "scale") * jax.lax.rsqrt(var + self.epsilon)
+        add = self.get_variable("params", "bias") - mean * mul
+        return {"scale": jnp.repeat(mul, order), "shift": jnp.repeat(add, order)}
+
+    def inference_call(self, arrays, x, train: bool = False):
+        """``x * a + s`` (eval mode only)."""
+        del train
+        return x * arrays["scale"] + arrays["shift"]

@@ -100,6 +100,33 @@ class StreamCombination(nn.Module):
         self.sow("intermediates", FEATURES_NAME, y)
         return y
 
+    def inference_arrays(self, features: Mapping):
+        """The head as one matrix per stream, ``A_j = W_j diag(w_j / sum_k w_k)`` (``map_<j>
+        [C_j, C_map]``; the target stream, whose ``W`` is the identity, keeps only the vector
+        ``share_<j> [C_map]``), so that ``x_combined = sum_j x_j A_j``. ``None`` for ``concat``
+        (no parameters: its training form is its inference form)."""
+        if self.mode == "concat":
+            return None
+        names = ordered(features)
+        shares = self.normalised_weights(self.variables["params"])
+        out = {}
+        for n in names:
+            if f"map_{n}" in self.variables["params"]:
+                out[f"map_{n}"] = self.variables["params"][f"map_{n}"]["kernel"] * shares[n]
+            else:
+                out[f"share_{n}"] = shares[n]
+        return out
+
+    def inference_call(self, arrays, features: Mapping):
+        """``sum_j x_j A_j`` (:meth:`inference_arrays`): ``[B, C_map]``."""
+        terms = []
+        for n in ordered(features):
+            if f"map_{n}" in arrays:
+                terms.append(features[n] @ arrays[f"map_{n}"])
+            else:
+                terms.append(features[n] * arrays[f"share_{n}"])
+        return sum(terms)
+
     @staticmethod
     def normalised_weights(head_params: Mapping) -> dict:
         """``{stream: w_j / sum_k w_k}`` from the head's parameters (for reports)."""

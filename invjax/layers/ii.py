@@ -18,6 +18,10 @@ module                              paper                                       
 ``AveragePooling``                  global average pooling                      none
 ==================================  ==========================================  =================
 
+Inference form (:mod:`invjax.export`): the WS layers define ``inference_arrays(x)`` (the weight
+map ``M`` on ``x``'s grid, flattened: a dense layer) and ``inference_call(arrays, x)``; the
+monomial layer keeps only its unpruned pairs' exponent columns.
+
 ``method`` selects ``"fast"`` (the closed forms, default) or ``"reference"`` (convolve with every
 transformed kernel, then average); the WS layers also take ``"weight_map"``. All give the same
 numbers up to float32 rounding (tests/test_ii_layers.py).
@@ -101,6 +105,20 @@ def _ws_ii(module: nn.Module, x, group: G.Group, interpolation: str):
     return y
 
 
+def _ws_inference_arrays(module: nn.Module, x, group: G.Group, interpolation: str) -> dict:
+    """``{'kernel': [H W C_in, O]}``: the weight map of a WS layer on ``x``'s ``H x W`` grid,
+    flattened (eq. 4, 5: ``A = sum_y x(y) M(y)``, ``M = 1/(UV) sum_t Kbar(y - t)`` with ``Kbar``
+    the group-symmetrised kernel, :func:`invjax.ops.ii.ws_weight_map`)."""
+    kbar = ops.symmetrized_kernel(module.get_variable("params", "kernel"), group, interpolation)
+    m = ops.ws_weight_map(kbar, x.shape[1], x.shape[2])
+    return {"kernel": m.reshape(-1, m.shape[-1])}
+
+
+def _ws_inference_call(arrays, x):
+    """A WS layer from :func:`_ws_inference_arrays`: one dense layer on the flattened map."""
+    return x.reshape(x.shape[0], -1) @ arrays["kernel"]
+
+
 class E2InvariantIntegration(nn.Module):
     """E(2)-II with a weighted sum, equation (5) (equation (4) when ``group`` has no flips).
 
@@ -125,6 +143,14 @@ class E2InvariantIntegration(nn.Module):
         del train
         return _ws_ii(self, x, G.parse_group(self.group), self.interpolation)
 
+    def inference_arrays(self, x):
+        """The weight map ``[H W C_in, features]`` (:func:`_ws_inference_arrays`)."""
+        return _ws_inference_arrays(self, x, G.parse_group(self.group), self.interpolation)
+
+    def inference_call(self, arrays, x, train: bool = False):
+        """``A = flatten(x) M``: ``[B, features]``."""
+        return _ws_inference_call(arrays, x)
+
 
 class RotationInvariantIntegration(nn.Module):
     """Rotation-II with a weighted sum, equation (4): E(2)-II over ``C_N`` (``n_rotations``).
@@ -145,6 +171,14 @@ class RotationInvariantIntegration(nn.Module):
         _check_positive_int(self.n_rotations, "n_rotations", type(self).__name__)
         return _ws_ii(self, x, G.cyclic(self.n_rotations), self.interpolation)
 
+    def inference_arrays(self, x):
+        """The weight map ``[H W C_in, features]`` (:func:`_ws_inference_arrays`)."""
+        return _ws_inference_arrays(self, x, G.cyclic(self.n_rotations), self.interpolation)
+
+    def inference_call(self, arrays, x, train: bool = False):
+        """``A = flatten(x) M``: ``[B, features]``."""
+        return _ws_inference_call(arrays, x)
+
 
 class TranslationInvariantIntegration(nn.Module):
     """Translation-II with a weighted sum: a bias-free ``k x k`` convolution, then average pooling.
@@ -162,6 +196,14 @@ class TranslationInvariantIntegration(nn.Module):
     def __call__(self, x, train: bool = False):
         del train
         return _ws_ii(self, x, G.cyclic(1), "bilinear")
+
+    def inference_arrays(self, x):
+        """The weight map ``[H W C_in, features]`` (:func:`_ws_inference_arrays`)."""
+        return _ws_inference_arrays(self, x, G.cyclic(1), "bilinear")
+
+    def inference_call(self, arrays, x, train: bool = False):
+        """``A = flatten(x) M``: ``[B, features]``."""
+        return _ws_inference_call(arrays, x)
 
 
 class ScaleInvariantIntegration(nn.Module):
@@ -195,6 +237,15 @@ class ScaleInvariantIntegration(nn.Module):
         y = fn(x, kernel.astype(x.dtype), self.epsilon)
         self.sow("intermediates", FEATURES_NAME, y)
         return y
+
+    def inference_arrays(self, x):
+        """The numerator's weight map ``[H W C_in, features]`` (translation-II, eq. 7)."""
+        return _ws_inference_arrays(self, x, None, "bilinear")
+
+    def inference_call(self, arrays, x, train: bool = False):
+        """``A = flatten(x') M / mean(x')`` with ``x' = max(x, epsilon)``: ``[B, features]``."""
+        xc = ops.clamp(x, self.epsilon)
+        return _ws_inference_call(arrays, xc) / xc.mean(axis=(1, 2, 3))[:, None]
 
 
 class ScaleMonomialInvariantIntegration(nn.Module):
@@ -253,6 +304,28 @@ class ScaleMonomialInvariantIntegration(nn.Module):
         y = y * mask.value.astype(y.dtype)
         self.sow("intermediates", FEATURES_NAME, y)
         return y
+
+    def inference_arrays(self, x):
+        """The unpruned pairs only: ``{'exponents': [k, k, C_in, 2A]}`` (the columns of the
+        active pairs in :meth:`invjax.ops.ii.MonomialPairs.exponent_kernel`), ``'index' [A]``
+        (int32, their positions) and ``'weight' [A]`` (their mask values), ``A`` active pairs."""
+        mask = np.asarray(self.get_variable(MASK_COLLECTION, "mask"))
+        active = np.flatnonzero(mask != 0)
+        cols = np.stack([2 * active, 2 * active + 1], axis=-1).reshape(-1)
+        return {
+            "exponents": self.pairs(int(x.shape[-1])).exponent_kernel(x.shape[-1])[..., cols],
+            "index": active.astype(np.int32),
+            "weight": mask[active].astype(np.float32),
+        }
+
+    def inference_call(self, arrays, x, train: bool = False):
+        """The active ratios (:func:`invjax.ops.ii.monomial_log_ratios`, then ``exp``) scattered
+        into ``[B, n_pairs]``; pruned pairs stay 0 as in the training form."""
+        y = jnp.zeros((x.shape[0], self.n_pairs), x.dtype)
+        if arrays["index"].shape[0] == 0:  # every pair pruned
+            return y
+        a = jnp.exp(ops.monomial_log_ratios(x, arrays["exponents"], self.epsilon))
+        return y.at[:, arrays["index"]].set(a * arrays["weight"])
 
 
 class MixedPooling(nn.Module):

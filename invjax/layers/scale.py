@@ -9,6 +9,10 @@ Scale-Conv, Scale-MaxProj; SESN / DISCO layers):
 - :class:`ScaleConv`      ``[B, H, W, S, Cin] -> [B, H', W', S, features]``
 - :class:`ScaleMaxProjection` ``[B, H, W, S, C] -> [B, H, W, C]``
 - :class:`ScaleBatchNorm` per-channel statistics shared by all scales (stays equivariant).
+
+Inference form (:mod:`invjax.export`): the convolutions and the BatchNorm define
+``inference_arrays(x)`` (the kernel of all scales expanded once, box-folded; the folded affine
+map) and ``inference_call(arrays, x)``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 
 from invjax.bases import scale as scale_bases
 from invjax.ops import scale as ops
+from invjax.ops.conv import conv2d, inference_kernel
 
 DEFAULT_SCALES = (1.0, 2**0.5, 2.0)  # the WRN streams: 3 scales, ratio 2**(1/2) (DISCO)
 
@@ -101,6 +106,24 @@ class ScaleLiftConv(nn.Module):
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y
 
+    def inference_arrays(self, x):
+        """``{'kernel': [k', k', Cin, S * features]}`` (and ``'bias' [features]``): the filters of
+        all scales expanded once (:func:`invjax.ops.scale.expand_lift_kernel`), the stride-2 box
+        folded in where :func:`invjax.ops.conv.conv2d` folds it on ``x`` (``k' = k + 1``)."""
+        sc = scale_bases.check_arguments(self.kernel_size, self.effective_size, self.scales)[2]
+        psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
+        kernel = ops.expand_lift_kernel(self.get_variable("params", "weight"), jnp.asarray(psi))
+        out = {"kernel": inference_kernel(kernel, x.shape, self.stride)}
+        if self.use_bias:
+            out["bias"] = self.get_variable("params", "bias")
+        return out
+
+    def inference_call(self, arrays, x):
+        """The layer from :meth:`inference_arrays`: one convolution, ``[B, H', W', S, features]``."""
+        y = conv2d(x, arrays["kernel"], self.stride)
+        y = y.reshape(y.shape[:3] + (len(self.scales), self.features))
+        return y + arrays["bias"] if "bias" in arrays else y
+
 
 class ScaleConv(nn.Module):
     """Scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, features]`` (SESN H -> H).
@@ -159,6 +182,24 @@ class ScaleConv(nn.Module):
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y
 
+    def inference_arrays(self, x):
+        """``{'kernel': [k', k', D * Cin, S * features]}`` (and ``'bias'``): the filters of all
+        scales expanded once (:func:`invjax.ops.scale.expand_scale_kernel`), box-folded as in
+        :meth:`ScaleLiftConv.inference_arrays`."""
+        sc = scale_bases.check_arguments(self.kernel_size, self.effective_size, self.scales)[2]
+        psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
+        kernel = ops.expand_scale_kernel(self.get_variable("params", "weight"), jnp.asarray(psi))
+        out = {"kernel": inference_kernel(kernel, x.shape, self.stride)}
+        if self.use_bias:
+            out["bias"] = self.get_variable("params", "bias")
+        return out
+
+    def inference_call(self, arrays, x):
+        """The layer from :meth:`inference_arrays` (:func:`invjax.ops.scale.apply_scale_kernel`,
+        the same lowering as the training form)."""
+        y = ops.apply_scale_kernel(x, arrays["kernel"], self.scale_size, self.stride, self.lowering)
+        return y + arrays["bias"] if "bias" in arrays else y
+
 
 class ScaleMaxProjection(nn.Module):
     """``[B, H, W, S, C] -> [B, H, W, C]``: maximum over scales (paper: Scale-MaxProj)."""
@@ -206,3 +247,17 @@ class ScaleBatchNorm(nn.Module):
             mean, var = ra_mean.value, ra_var.value
         y = ops.scale_batch_norm(x.astype(jnp.float32), mean, var, gamma, beta, self.epsilon)
         return y.astype(x.dtype)
+
+    def inference_arrays(self, x):
+        """Eval mode as one per-channel affine map ``y = x * a + s`` (``[C]`` each, every scale):
+        ``a = gamma / sqrt(var + eps)``, ``s = beta - mean * a``."""
+        del x
+        var = self.get_variable("batch_stats", "var")
+        a = self.get_variable("params", "scale") * jnp.reciprocal(jnp.sqrt(var + self.epsilon))
+        s = self.get_variable("params", "bias") - self.get_variable("batch_stats", "mean") * a
+        return {"scale": a, "shift": s}
+
+    def inference_call(self, arrays, x, train: bool = False):
+        """``x * a + s`` (eval mode only)."""
+        del train
+        return (x.astype(jnp.float32) * arrays["scale"] + arrays["shift"]).astype(x.dtype)

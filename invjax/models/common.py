@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from invjax import groups as G
-from invjax.ops.conv import conv2d
+from invjax.ops.conv import conv2d, inference_kernel
 
 # He-normal (fan-in) like the E(2) layers: keeps activations of order one in deep pre-act WRNs.
 he_normal = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
@@ -42,6 +42,20 @@ class StdConv(nn.Module):
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y
+
+    def inference_arrays(self, x):
+        """``{'kernel': [k', k', C_in, features]}`` (and ``'bias'``): the stride-2 box folded in
+        where :func:`conv2d` folds it on ``x`` (``k' = k + 1``), else the kernel itself."""
+        kernel = self.get_variable("params", "kernel")
+        out = {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
+        if self.use_bias:
+            out["bias"] = self.get_variable("params", "bias")
+        return out
+
+    def inference_call(self, arrays, x):
+        """The layer from :meth:`inference_arrays`: one plain convolution."""
+        y = conv2d(x, arrays["kernel"], self.stride, downsample=self.downsample)
+        return y + arrays["bias"] if "bias" in arrays else y
 
 
 def divide_width(channels: int, divisor: float) -> int:

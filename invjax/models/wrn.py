@@ -77,7 +77,7 @@ from invjax.layers import e2 as e2l
 from invjax.layers import ii as iil
 from invjax.models import register
 from invjax.models.common import StdConv, divide_width, e2_fields
-from invjax.ops.conv import check_downsample, conv2d, max_pool2
+from invjax.ops.conv import check_downsample, conv2d, inference_kernel, max_pool2
 
 FAMILIES = ("std", "e2", "scale")
 HEADS = ("ii", "pool")
@@ -180,16 +180,29 @@ class ScalePointwiseConv(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        b, h, w, s, c = x.shape
         kernel = self.param(
             "kernel",
             nn.initializers.variance_scaling(2.0, "fan_in", "normal"),
-            (1, 1, c, self.features),
+            (1, 1, x.shape[-1], self.features),
         )
+        return self._apply(x, kernel)
+
+    def _apply(self, x, kernel):
+        b, h, w, s, c = x.shape
         y = jnp.moveaxis(x, 3, 1).reshape(b * s, h, w, c)
         y = conv2d(y, kernel, self.stride, downsample=self.downsample)
         y = y.reshape(b, s, y.shape[1], y.shape[2], self.features)
         return jnp.moveaxis(y, 1, 3)
+
+    def inference_arrays(self, x):
+        """``{'kernel': [k', k', C_in, features]}``: box-folded where :func:`conv2d` folds it on
+        ``x`` (``k' = 2`` for stride 2 on an even grid with the symmetric rule, else 1)."""
+        kernel = self.get_variable("params", "kernel")
+        return {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
+
+    def inference_call(self, arrays, x):
+        """The layer from :meth:`inference_arrays`."""
+        return self._apply(x, arrays["kernel"])
 
 
 @dataclasses.dataclass(frozen=True)

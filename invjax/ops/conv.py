@@ -53,12 +53,27 @@ def fold_box(kernel):
     return 0.25 * (p[1:, 1:] + p[:-1, 1:] + p[1:, :-1] + p[:-1, :-1])
 
 
+def folds_box(input_shape, stride: int, downsample: str) -> bool:
+    """Whether :func:`conv2d` folds the 2x2 box into the kernel on a map of ``input_shape``
+    (``[B, H, W, ...]``): stride 2, the ``"symmetric"`` rule and an even grid."""
+    h, w = input_shape[1], input_shape[2]
+    return stride == 2 and downsample == "symmetric" and (h % 2 == 0 or w % 2 == 0)
+
+
+def inference_kernel(kernel, input_shape, stride: int, downsample: str = "symmetric"):
+    """The kernel :func:`conv2d` applies to a map of ``input_shape``: ``kernel`` with the 2x2 box
+    folded in where :func:`folds_box` (``[k+1, k+1, I, O]``), else ``kernel``. Passing the result
+    to :func:`conv2d` computes the same convolution without folding at every call."""
+    return fold_box(kernel) if folds_box(input_shape, stride, downsample) else kernel
+
+
 def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1, downsample: str = "symmetric"):
     """Grid-symmetric convolution of NHWC ``x`` with an HWIO ``kernel`` of odd size.
 
     Args:
       x: ``[B, H, W, I * groups]``.
-      kernel: ``[k, k, I, O]``, ``k`` odd.
+      kernel: ``[k, k, I, O]``, ``k`` odd; or even where :func:`folds_box` holds: then it is
+        already box-folded (:func:`inference_kernel`) and is applied as it is.
       stride: 1 (``SAME`` output ``H x W``) or 2 (output ``ceil(H/2) x ceil(W/2)``, see module doc).
       feature_group_count: as in ``lax.conv_general_dilated``.
       downsample: the stride-2 rule on even grids, one of :data:`DOWNSAMPLE_RULES`.
@@ -66,12 +81,16 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1, downsample:
       ``[B, H', W', O]``.
     """
     k = kernel.shape[0]
-    if kernel.shape[0] != kernel.shape[1] or k % 2 != 1:
-        raise ValueError(f"kernel size {kernel.shape[:2]} is invalid: it must be square and odd")
     if stride not in (1, 2):
         raise ValueError(f"stride={stride} is invalid: invjax convolutions take stride 1 or 2")
     check_downsample(downsample)
-    p = (k - 1) // 2
+    folded = k % 2 == 0 and folds_box(x.shape, stride, downsample)
+    if kernel.shape[0] != kernel.shape[1] or (k % 2 != 1 and not folded):
+        raise ValueError(
+            f"kernel size {kernel.shape[:2]} is invalid: it must be square and odd (even only "
+            "when box-folded by inference_kernel for a stride-2 symmetric convolution)"
+        )
+    p = (k - 1) // 2  # a folded (k+1)-kernel keeps the padding of its k-kernel
     h, w = x.shape[1], x.shape[2]
     pads = ((p, p), (p, p))
     pool = False
@@ -81,7 +100,7 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1, downsample:
                 f"stride 2 on a {h}x{w} grid is not supported: height and width must both be "
                 "even or both be odd"
             )
-        if downsample == "symmetric":
+        if downsample == "symmetric" and not folded:
             kernel = fold_box(kernel)
         elif downsample == "maxpool":
             stride, pool = 1, True

@@ -422,13 +422,20 @@ def scale_monomial_log_integrate(x, pairs: MonomialPairs, epsilon: float = DEFAU
     """
     epsilon = check_epsilon(epsilon)
     _check_features(x)
-    p = (pairs.kernel_size - 1) // 2
+    return monomial_log_ratios(x, pairs.exponent_kernel(x.shape[-1]), epsilon)
+
+
+def monomial_log_ratios(x, exponents, epsilon: float = DEFAULT_EPSILON):
+    """:func:`scale_monomial_log_integrate` for an exponent kernel ``[k, k, C, 2P]`` (columns
+    ``2j``, ``2j + 1``: dividend and divisor of pair ``j``, e.g. only the unpruned pairs of
+    :meth:`MonomialPairs.exponent_kernel`). ``[B, H, W, C] -> [B, P]``."""
+    p = (exponents.shape[0] - 1) // 2
     h, w = x.shape[1], x.shape[2]
     logx = jnp.log(clamp(x, epsilon))
     logx = jnp.pad(logx, ((0, 0), (p, p), (p, p), (0, 0)), constant_values=float(np.log(epsilon)))
-    e = jnp.asarray(pairs.exponent_kernel(x.shape[-1]), x.dtype)
+    e = jnp.asarray(exponents, x.dtype)
     logm = conv2d(logx, e)[:, p : p + h, p : p + w]  # [B, H, W, 2P]
-    lse = jax.nn.logsumexp(logm, axis=(1, 2)).reshape(x.shape[0], pairs.n_pairs, 2)
+    lse = jax.nn.logsumexp(logm, axis=(1, 2)).reshape(x.shape[0], e.shape[-1] // 2, 2)
     return lse[..., 0] - lse[..., 1]
 
 

@@ -170,8 +170,16 @@ def scale_conv(x, weight, basis, stride: int = 1, lowering: str = "auto"):
         lowering = resolve_lowering(lowering)
     except ValueError as e:
         raise ValueError(f"scale_conv: {e}") from None
-    kern = expand_scale_kernel(weight, basis)  # [k, k, D * Cin, S * Cout]
-    cin, cout = weight.shape[:2]
+    return apply_scale_kernel(x, expand_scale_kernel(weight, basis), D, stride, lowering)
+
+
+def apply_scale_kernel(x, kern, scale_size: int, stride: int = 1, lowering: str = "grouped"):
+    """The convolution of :func:`scale_conv` with its expanded kernel ``kern [k, k, D * Cin,
+    S * Cout]`` (:func:`expand_scale_kernel`, or box-folded by
+    :func:`invjax.ops.conv.inference_kernel`): ``[B, H, W, S, Cin] -> [B, H', W', S, Cout]``."""
+    S, D, cin = x.shape[3], scale_size, x.shape[-1]
+    cout = kern.shape[-1] // S
+    lowering = resolve_lowering(lowering)
     if lowering == "grouped":
         y = conv2d(stack_scale_neighbours(x, D), kern, stride, S)
         return y.reshape(y.shape[:3] + (S, cout))
