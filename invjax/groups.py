@@ -178,6 +178,13 @@ def check_chain(groups: Sequence[str | Group]) -> list[Group]:
     return gs
 
 
+# The scale sets of the paper's networks (one home: the layers' defaults and the configs import
+# them). WRN streams: DISCO's STL-10 WRN, 3 scales of ratio 2**(1/2) ([1, 1.41, 2]). Scaled-MNIST:
+# SESN's and DISCO's n_S = 4 scales 2**(i/3) (the paper's text; its Table 7 says 3).
+DEFAULT_SCALES = (1.0, 2**0.5, 2.0)
+MNIST_SCALES = tuple(2 ** (i / 3) for i in range(4))
+
+
 def scale_set(n: int, ratio: float = 2 ** (1 / 3)) -> tuple[float, ...]:
     """Discrete scales ``ratio**i`` for ``i < n`` (the paper: ``2**(i/3)`` or ``2**(i/2)``)."""
     if n < 1:

@@ -5,9 +5,9 @@ experiments whose phase-1 runs are exactly the single-stream configs."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import pathlib
-import runpy
 
 import chex
 import jax
@@ -17,13 +17,13 @@ import pytest
 from invjax import data, experiment, models, train
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
-HELPERS = ("common", "models")  # configs/ files that are not experiments
+HELPERS = ("__init__", "common", "models")  # configs/ modules that are not experiments
 FILES = sorted(p for p in CONFIGS.glob("*.py") if p.stem not in HELPERS)
 NAMES = [p.stem for p in FILES]
 
 
 def get(name):
-    return runpy.run_path(str(CONFIGS / f"{name}.py"))["get_config"]()
+    return importlib.import_module(f"configs.{name}").get_config()
 
 
 def tiny(model):
@@ -62,10 +62,10 @@ def test_every_experiment_of_the_paper_has_a_config():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_config_loads_names_its_command_and_builds(name):
-    module = runpy.run_path(str(CONFIGS / f"{name}.py"))
-    first = module["__doc__"].strip().splitlines()[0]
+    module = importlib.import_module(f"configs.{name}")
+    first = module.__doc__.strip().splitlines()[0]
     assert first == f"python -m invjax.main --config=configs/{name}.py --workdir=runs/{name}"
-    config = module["get_config"]()
+    config = module.get_config()
     data.check_config(config.data)
     train.validate_train_config(config.train)
     phases = experiment.phases_of(config)

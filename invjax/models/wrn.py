@@ -197,7 +197,7 @@ class ConvSpec:
     """Static settings of a convolution family (hashable: a field of the Linen modules)."""
 
     family: str = "std"
-    scales: tuple[float, ...] = (1.0, math.sqrt(2.0), 2.0)
+    scales: tuple[float, ...] = G.DEFAULT_SCALES
     scale_kernel_size: int = 5
     scale_effective_size: int = 3
     scale_basis: str = "disco"
@@ -360,7 +360,7 @@ class WideResNet(nn.Module):
     ii_group: str | None = None
     ii_interpolation: str = "bilinear"
     # scale
-    scales: tuple[float, ...] = (1.0, math.sqrt(2.0), 2.0)
+    scales: tuple[float, ...] = G.DEFAULT_SCALES
     scale_kernel_size: int = 5
     scale_effective_size: int = 3
     scale_basis: str = "disco"
