@@ -11,3 +11,20 @@ sections of every architecture are in :mod:`configs.models`, the helpers shared 
 they use (stream and head names, scale sets, downsampling rules, datasets) are imported from
 invjax, which owns them.
 """
+
+from __future__ import annotations
+
+import importlib.util
+
+
+def from_file(path: str):
+    """``get_config([ARG])`` of the config file ``path`` = ``FILE[:ARG]`` (what
+    ``--config=FILE[:ARG]`` loads; ``ARG`` is passed as one string, as config_flags passes it).
+
+    The file runs as a module of its own, once per call; it imports its helpers from this package.
+    """
+    file, sep, arg = path.partition(":")
+    spec = importlib.util.spec_from_file_location("config_config", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg) if sep else module.get_config()

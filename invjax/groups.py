@@ -131,6 +131,20 @@ def parse_group(spec: str | Group) -> Group:
     return Group(int(m.group(2)), m.group(1).upper() == "D")
 
 
+def as_group_fields(module, *names: str) -> None:
+    """Give the fields ``names`` of ``module`` (a frozen dataclass, e.g. a Linen module) as
+    :class:`Group` objects: layers and models compute with Groups, and a hand-built one may be
+    given ``"D4"``, parsed here once when it is constructed. ``None`` stays ``None``; a tuple is
+    parsed element by element."""
+    for name in names:
+        value = getattr(module, name)
+        if isinstance(value, list | tuple):
+            value = tuple(parse_group(v) for v in value)
+        elif value is not None:
+            value = parse_group(value)
+        object.__setattr__(module, name, value)
+
+
 def is_subgroup(sub: Group, group: Group) -> bool:
     """Whether ``sub`` embeds in ``group`` (rotation orders divide, flips only if present)."""
     return group.n_rotations % sub.n_rotations == 0 and (group.flips or not sub.flips)

@@ -32,7 +32,6 @@ The work itself is in :mod:`invjax.train`.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 
@@ -82,14 +81,13 @@ def _config_args(argv) -> tuple[str | None, list[str]]:
 def _load_config(path: str):
     """``get_config([ARG])`` of the config file ``path`` (``FILE[:ARG]``), run once; one clear
     message (exit 2) for a missing file or one that fails to load."""
-    file, sep, arg = path.partition(":")
+    file = path.partition(":")[0]
     if not os.path.isfile(file):
         _fail(f"--config={path}: no such config file (configs live in configs/*.py)")
     try:
-        spec = importlib.util.spec_from_file_location("config_config", file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.get_config(arg) if sep else module.get_config()
+        import configs
+
+        return configs.from_file(path)
     except Exception as e:  # noqa: BLE001 (any failure of the user's file gets one message)
         _fail(f"cannot load config file {file}: {type(e).__name__}: {e}")
 

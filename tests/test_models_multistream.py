@@ -202,7 +202,9 @@ def test_combination_head_algebra():
 def test_constant_parameter_streams_from_configs():
     dual_star = build(model_configs.get("svhn_dual_star_map_e2"))
     triple_star = build(model_configs.get("cifar10_triple_star_map_e2"))
-    assert dual_star.e2.widths == wrn_widths("e2", 4, ("D8",) * 3, width_divisor=math.sqrt(2))
+    assert dual_star.e2.widths == wrn_widths(
+        "e2", 4, (G.dihedral(8),) * 3, width_divisor=math.sqrt(2)
+    )
     assert dual_star.e2.widths["stages"] == (12, 23, 46)  # ceil(16, 32, 64 / sqrt 2)
     assert triple_star.std.widths["stages"] == (93, 185, 370)  # ceil(160, 320, 640 / sqrt 3)
     assert triple_star.scale.widths["out"] == 370 and triple_star.e2.widths["out"] == 370

@@ -22,8 +22,10 @@ import jax
 import jax.numpy as jnp
 
 from invjax.bases import e2 as e2_bases
-from invjax.groups import Group, check_chain, parse_group
+from invjax.groups import Group, as_group_fields, check_chain, dihedral
 from invjax.ops import e2 as ops
+
+D4 = dihedral(4)  # the layers' default group
 
 
 def _he(fan_in: int, nbasis: int):
@@ -64,7 +66,7 @@ class E2LiftConv(nn.Module):
     """
 
     features: int
-    group: Group | str = "D4"
+    group: Group = D4
     kernel_size: int = 3
     stride: int = 1
     dilation: int = 1
@@ -75,9 +77,13 @@ class E2LiftConv(nn.Module):
 
     basis = _steerable_basis
 
+    def __post_init__(self):
+        as_group_fields(self, "group")
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, x):
-        g = parse_group(self.group)
+        g = self.group
         _check_features(self.features, "E2LiftConv")
         _check_channels(x, 1, "E2LiftConv")
         phi = self.basis(g)
@@ -94,7 +100,7 @@ class E2Conv(nn.Module):
     """
 
     features: int
-    group: Group | str = "D4"
+    group: Group = D4
     kernel_size: int = 3
     stride: int = 1
     dilation: int = 1
@@ -106,9 +112,13 @@ class E2Conv(nn.Module):
 
     basis = _steerable_basis
 
+    def __post_init__(self):
+        as_group_fields(self, "group")
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, x):
-        g = parse_group(self.group)
+        g = self.group
         _check_features(self.features, "E2Conv")
         _check_channels(x, g.order, f"E2Conv({g.name})")
         ci = x.shape[-1] // g.order
@@ -125,12 +135,16 @@ class E2Conv(nn.Module):
 class GroupPool(nn.Module):
     """Max (or mean) over each field's group channels: ``[..., C * |G|] -> [..., C]``."""
 
-    group: Group | str = "D4"
+    group: Group = D4
     reduce: str = "max"
+
+    def __post_init__(self):
+        as_group_fields(self, "group")
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, x):
-        g = parse_group(self.group)
+        g = self.group
         _check_channels(x, g.order, f"GroupPool({g.name})")
         return ops.group_pool(x, g.order, self.reduce)
 
@@ -142,12 +156,17 @@ class Restrict(nn.Module):
     is unchanged and the layer is exactly equivariant to the subgroup.
     """
 
-    group: Group | str
-    subgroup: Group | str
+    group: Group
+    subgroup: Group
+
+    def __post_init__(self):
+        as_group_fields(self, "group", "subgroup")
+        check_chain((self.group, self.subgroup))  # one clear error for a non-subgroup
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, x):
-        g, h = check_chain((self.group, self.subgroup))
+        g, h = self.group, self.subgroup
         _check_channels(x, g.order, f"Restrict({g.name}->{h.name})")
         return ops.restrict(x, g, h)
 
@@ -160,13 +179,17 @@ class E2BatchNorm(nn.Module):
     ``momentum`` follows Flax (running = momentum * running + (1 - momentum) * batch).
     """
 
-    group: Group | str | None = "D4"
+    group: Group | None = D4
     momentum: float = 0.9
     epsilon: float = 1e-5
 
+    def __post_init__(self):
+        as_group_fields(self, "group")
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, x, train: bool = False):
-        order = 1 if self.group is None else parse_group(self.group).order
+        order = 1 if self.group is None else self.group.order
         _check_channels(x, order, "E2BatchNorm")
         c = x.shape[-1] // order
         ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))

@@ -18,8 +18,6 @@ import importlib
 import pathlib
 import sys
 
-from ml_collections import config_flags
-
 import configs
 from configs import models as model_configs
 from invjax.data import DATASETS
@@ -83,7 +81,7 @@ def load_config(path: str):
     file = path.partition(":")[0]
     if not pathlib.Path(file).is_file():
         raise ValueError(f"config file {file!r} not found")
-    return _model_and_data(config_flags.ConfigFileFlagParser("config", False).parse(path))
+    return _model_and_data(configs.from_file(path))
 
 
 def resolve(name: str):

@@ -24,7 +24,6 @@ for all streams when ``config.width_divisor`` is given).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import flax.linen as nn
@@ -129,11 +128,6 @@ def load_streams(variables, streams: Mapping[str, Mapping], skip=("classifier",)
                 )
             out[col][name] = src
     return freeze(out) if frozen else out
-
-
-def stream_divisor(n_streams: int) -> float:
-    """Width divisor of the constant-parameter variants: ``sqrt(2)`` (dual), ``sqrt(3)`` (triple)."""
-    return math.sqrt(n_streams)
 
 
 @register("multistream")
