@@ -286,8 +286,3 @@ def get(name: str):
     if name not in MODELS:
         raise ValueError(f"model {name!r} is unknown: valid names are {sorted(MODELS)}")
     return MODELS[name]()
-
-
-def get_config(name: str = "svhn_e2_ii"):
-    """So that ``--config=configs/models.py:NAME`` also works (returns a model section)."""
-    return get(name)
