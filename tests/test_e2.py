@@ -56,6 +56,8 @@ def test_e2cnn_experiments_basis_sizes_match_e2cnn():
 
 
 def test_basis_settings_are_checked():
+    with pytest.raises(ValueError, match="group='D4' is invalid: give an invjax.groups.Group"):
+        bases.transformed_basis("D4", 3)  # names are parsed where a layer is built
     with pytest.raises(ValueError, match="frequency_cutoff=-1.0 is invalid"):
         bases.transformed_basis(G.dihedral(4), 3, frequency_cutoff=-1.0)
     with pytest.raises(ValueError, match="sigma=0.0 is invalid"):

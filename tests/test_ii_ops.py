@@ -218,8 +218,8 @@ def test_bad_input_raises_clear_errors(photo32):
         ii.draw_monomial_pairs(0, 3)
     with pytest.raises(ValueError, match="max_window"):
         ii.mixed_pool(x[:, :6, :6])
-    with pytest.raises(ValueError, match="unknown group"):
-        ii.ws_integrate(x, kernel((3, 3, 3, 2)), "E7")
+    with pytest.raises(ValueError, match="group='D4' is invalid: give an invjax.groups.Group"):
+        ii.ws_integrate(x, kernel((3, 3, 3, 2)), "D4")  # names are parsed where layers are built
 
 
 def test_monomial_draws_redraw_degenerate_pairs():

@@ -174,6 +174,15 @@ def _normaliser(
     return keep, norms[keep]
 
 
+def _check_group(group) -> None:
+    # The bases are built for Group objects (names are parsed once, where a layer is built).
+    if not isinstance(group, Group):
+        raise ValueError(
+            f"group={group!r} is invalid: give an invjax.groups.Group, e.g. "
+            "invjax.groups.parse_group('D4')"
+        )
+
+
 def transformed_basis(
     group: Group,
     kernel_size: int,
@@ -187,6 +196,7 @@ def transformed_basis(
     For grid-exact elements (multiples of 90 degrees, flips) the sampled transformed function is
     taken as the permuted sample of the untransformed one, so the equality holds bit for bit.
     """
+    _check_group(group)
     return _transformed_basis(
         group,
         kernel_size,
@@ -246,6 +256,7 @@ def reference_basis(
     rings=None,
 ) -> np.ndarray:
     """Slow, obvious reference for tests: loops over every pixel and element, float64."""
+    _check_group(group)
     spec = basis_spec(kernel_size, dilation, frequency_cutoff, sigma, rings)
     size = effective_kernel_size(kernel_size, dilation)
     c = (size - 1) / 2.0

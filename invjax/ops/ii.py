@@ -69,6 +69,15 @@ def _check_features(x, what: str = "x"):
         )
 
 
+def _check_group(group) -> None:
+    # The ops compute with Group objects (names are parsed once, where a layer is built).
+    if group is not None and not isinstance(group, G.Group):
+        raise ValueError(
+            f"group={group!r} is invalid: give an invjax.groups.Group (e.g. "
+            "invjax.groups.parse_group('D4')) or None for translation-II"
+        )
+
+
 def _check_kernel(kernel, x=None):
     if kernel.ndim != 4 or kernel.shape[0] != kernel.shape[1] or kernel.shape[0] % 2 != 1:
         raise ValueError(
@@ -100,6 +109,7 @@ def transformed_kernels(kernel, group: G.Group | None, interpolation: str = "bil
     Uses :func:`invjax.groups.transform` on the two spatial axes. ``group=None`` means the trivial
     group (translation-II).
     """
+    _check_group(group)
     if group is None:
         return kernel[None]
     return jnp.stack(
@@ -131,6 +141,7 @@ def group_average_operator(group: G.Group | None, kernel_size: int, interpolatio
 def symmetrized_kernel(kernel, group: G.Group | None, interpolation: str = "bilinear"):
     """``Kbar = 1/|G| sum_g L_g psi``, ``[k, k, I, O]``, via :func:`group_average_operator`."""
     _check_kernel(kernel)
+    _check_group(group)
     k = kernel.shape[0]
     if group is None or group.order == 1:
         return kernel
