@@ -39,6 +39,7 @@ from invjax.bases.e2 import E2CNN_EXPERIMENTS
 from invjax.groups import DEFAULT_SCALES, MNIST_SCALES
 from invjax.layers.heads import MODES, STREAMS
 from invjax.models.wrn import DEFAULT_DOWNSAMPLE
+from invjax.models.wrn import HEADS as WRN_HEADS
 
 # (depth, widen factor, E(2) groups, first stride)
 BACKBONES = {
@@ -249,7 +250,7 @@ def _registry() -> dict:
     for ds in DATASETS:
         reg[f"{ds}_std"] = lambda ds=ds: std(ds)
         for fam in ("e2", "scale"):
-            for h in ("ii", "pool"):
+            for h in WRN_HEADS:
                 reg[f"{ds}_{fam}_{h}"] = lambda ds=ds, fam=fam, h=h: wrn(ds, fam, h)
         for star, n in STAR.items():
             div = width_divisor(n)
