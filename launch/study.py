@@ -92,7 +92,11 @@ FAMILIES: dict[str, tuple[str, dict] | None] = {
     "triple": ("digits_triple", {}),
 }
 WRN_STEMS = ("digits_std", "digits_e2", "digits_scale")
-STREAMS = {"digits_dual": ("e2", "scale"), "digits_triple": ("e2", "scale", "std")}
+# The multi-stream configs' streams, read from the configs themselves.
+STREAMS = {
+    stem: tuple(sweep["load_config"](stem, {}).model.streams)
+    for stem in ("digits_dual", "digits_triple")
+}
 FULL = {
     "datasets": DATASETS,
     "families": tuple(FAMILIES),
