@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from invjax import groups as G
 from invjax.bases import e2 as e2_bases
 from invjax.layers.e2 import E2Conv
 
@@ -139,7 +140,7 @@ def bench_construction():
     t = time.perf_counter()
     for group, k in WRN28_10_E2_LAYERS:
         e2_bases.cache_clear()
-        e2_bases.transformed_basis(group, k)
+        e2_bases.transformed_basis(G.parse_group(group), k)
     return time.perf_counter() - t
 
 

@@ -13,22 +13,18 @@ appendix table "Classification head HPs on CIFAR-10": batch 128, learning rate 0
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std, common, models
 
 
 def get_config():
-    config = common["get"]("cifar10_std")
-    model = common["load"]("models")["dual"]("cifar10", "map_e2")
-    return common["two_phase"](
+    config = cifar10_std.get_config()
+    model = models.dual("cifar10", "map_e2")
+    return common.two_phase(
         config,
         model,
         {
-            "e2": common["get"]("cifar10_e2_ii"),
-            "scale": common["get"]("cifar10_scale_ii"),
+            "e2": cifar10_e2_ii.get_config(),
+            "scale": cifar10_scale_ii.get_config(),
         },
         batch_size=128,
         learning_rate=0.01,

@@ -9,14 +9,10 @@ hyperparameters: DISCO has no CIFAR-10 recipe: the baseline's (std) hyperparamet
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import cifar10_std, models
 
 
 def get_config():
-    config = common["get"]("cifar10_std")
-    config.model = common["load"]("models")["scale"]("cifar10", "pool")
+    config = cifar10_std.get_config()
+    config.model = models.scale("cifar10", "pool")
     return config

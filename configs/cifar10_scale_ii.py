@@ -11,16 +11,12 @@ stream in the multi-stream configs.
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import cifar10_std, models
 
 
 def get_config():
-    config = common["get"]("cifar10_std")
-    config.model = common["load"]("models")["scale"]("cifar10", "ii")
+    config = cifar10_std.get_config()
+    config.model = models.scale("cifar10", "ii")
     config.train.batch_size = 128
     config.train.learning_rate = 0.1
     config.train.weight_decay = 0.0005

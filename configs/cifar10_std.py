@@ -12,19 +12,15 @@ CIFAR recipe (lr 0.1, weight decay 5e-4, dropout 0.3).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import base, models
 
 
 def get_config():
-    config = common["get"]("base")
+    config = base.get_config()
     config.data.name = "cifar10"
     config.data.val_fraction = 0.0
     config.data.augment = "default"  # crop_flip
-    config.model = common["load"]("models")["std"]("cifar10")
+    config.model = models.std("cifar10")
     config.train.optimizer = "sgd"
     config.train.momentum = 0.9
     config.train.nesterov = False

@@ -14,23 +14,19 @@ epochs). Other heads (appendix A.1): ``--config.model.head=concat|map_scale|map_
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std, common, models
 
 
 def get_config():
-    config = common["get"]("cifar10_std")
-    model = common["load"]("models")["triple"]("cifar10", "map_e2")
-    return common["two_phase"](
+    config = cifar10_std.get_config()
+    model = models.triple("cifar10", "map_e2")
+    return common.two_phase(
         config,
         model,
         {
-            "e2": common["get"]("cifar10_e2_ii"),
-            "scale": common["get"]("cifar10_scale_ii"),
-            "std": common["get"]("cifar10_std"),
+            "e2": cifar10_e2_ii.get_config(),
+            "scale": cifar10_scale_ii.get_config(),
+            "std": cifar10_std.get_config(),
         },
         batch_size=128,
         learning_rate=0.01,

@@ -9,14 +9,10 @@ tune them again).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import cifar10_triple, models
 
 
 def get_config():
-    config = common["get"]("cifar10_triple")
-    config.model = common["load"]("models")["triple"]("cifar10", "map_e2", constant_params=True)
+    config = cifar10_triple.get_config()
+    config.model = models.triple("cifar10", "map_e2", constant_params=True)
     return config

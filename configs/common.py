@@ -1,12 +1,12 @@
-"""Helpers of the experiment configs (this file is not a config of its own).
+"""Helpers of the experiment configs (this module is not a config of its own).
 
-Configs are files, not a package: each loads its siblings with :func:`load` (``runpy``), so they
-run from any working directory. :func:`two_phase` turns a dataset recipe into the paper's
-two-phase multi-stream config (Section 4.4, appendix C):
+``configs`` is a package: a config imports the configs it varies (``from configs import
+cifar10_std``) and these helpers normally. :func:`two_phase` turns a dataset recipe into the
+paper's two-phase multi-stream config (Section 4.4, appendix C):
 
 * ``config.model``: the multi-stream network (``freeze_streams=True``);
 * ``config.phase1.<stream>.train``: the stream's own recipe, taken from its single-stream config
-  file (``cifar10_e2_ii.py`` ...), and ``config.phase1.<stream>.workdir`` (None =
+  (``cifar10_e2_ii.py`` ...), and ``config.phase1.<stream>.workdir`` (None =
   ``DIR/streams/<stream>``; or a finished single-stream run with the same data and seed, reused);
 * ``config.train``: phase 2, the head: the same optimiser and augmentation, the head table's batch
   size, learning rate and weight decay, and "the number of training epochs as well as all
@@ -15,24 +15,10 @@ two-phase multi-stream config (Section 4.4, appendix C):
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
 import ml_collections
 from ml_collections import config_dict
 
-HERE = pathlib.Path(__file__).resolve().parent
-PHASE2_TRAINABLE = ("head", "classifier")  # invjax.models.multistream.PHASE2_TRAINABLE
-
-
-def load(name: str) -> dict:
-    """The globals of ``configs/<name>.py``."""
-    return runpy.run_path(str(HERE / f"{name}.py"))
-
-
-def get(name: str, *args) -> ml_collections.ConfigDict:
-    """``get_config(*args)`` of ``configs/<name>.py``."""
-    return load(name)["get_config"](*args)
+from invjax.models.multistream import PHASE2_TRAINABLE
 
 
 def divide_epochs(tc, divisor: int) -> None:

@@ -10,15 +10,11 @@ test; with width 16 and lr 0.02: 26.18% in 66 s).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the base next to this file wherever it is run from.
-base = runpy.run_path(str(pathlib.Path(__file__).with_name("base.py")))
+from configs import base
 
 
 def get_config():
-    config = base["get_config"]()
+    config = base.get_config()
     config.data.name = "scaled_digits"
     config.model.name = "cnn"
     config.model.width = 32

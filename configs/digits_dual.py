@@ -9,19 +9,15 @@ epochs divided by 4 (as SVHN / CIFAR-10), learning rate 1e-2 and weight decay 1e
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import common, digits_e2, digits_scale, digits_std
 
 
 def get_config():
-    config = common["get"]("digits_std")
-    streams = {"e2": common["get"]("digits_e2"), "scale": common["get"]("digits_scale")}
-    return common["two_phase"](
+    config = digits_std.get_config()
+    streams = {"e2": digits_e2.get_config(), "scale": digits_scale.get_config()}
+    return common.two_phase(
         config,
-        common["multistream"]({k: v.model for k, v in streams.items()}),
+        common.multistream({k: v.model for k, v in streams.items()}),
         streams,
         batch_size=64,
         learning_rate=1e-2,

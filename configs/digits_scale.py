@@ -8,16 +8,12 @@ size 3) and Scale-II WS (eq. 7, k = 3) followed by BatchNorm; 8 epochs (x0.1 aft
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import digits_std
 
 
 def get_config():
-    config = common["get"]("digits_std")
-    config.model = common["load"]("digits_std")["stream"]("scale")
+    config = digits_std.get_config()
+    config.model = digits_std.stream("scale")
     # The costliest stream on a CPU (three scales of 5x5 filters): 8 epochs instead of 12 keep
     # the default job (digits_triple.py) near 5 minutes on 2 cores.
     config.train.num_epochs = 8

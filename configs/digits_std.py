@@ -11,13 +11,11 @@ best validation epoch reported), shortened to fit a laptop.
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
 import ml_collections
 
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import base
+from invjax.groups import DEFAULT_SCALES
+from invjax.models.wrn import DEFAULT_DOWNSAMPLE
 
 
 def stream(family: str, head: str = "ii") -> ml_collections.ConfigDict:
@@ -34,9 +32,9 @@ def stream(family: str, head: str = "ii") -> ml_collections.ConfigDict:
     c.width_divisor = 1.0
     c.ii_kernel_size = 3
     c.num_classes = 10
-    # The peers' downsampling per family (invjax.models.wrn.DEFAULT_DOWNSAMPLE); override with
+    # The peers' downsampling per family; override with
     # --config.model.downsample=symmetric|strided|maxpool (README: the measured effect).
-    c.downsample = {"std": "strided", "e2": "symmetric", "scale": "maxpool"}[family]
+    c.downsample = DEFAULT_DOWNSAMPLE[family]
     if family == "e2":
         # D4 in the first stages, flips only at the end: digits are not rotation invariant
         # (6 / 9), so the network is exactly invariant to horizontal flips only (as STL-10's).
@@ -44,7 +42,7 @@ def stream(family: str, head: str = "ii") -> ml_collections.ConfigDict:
         c.ii_group = "D1"
         c.ii_interpolation = "bilinear"
     if family == "scale":
-        c.scales = (1.0, 2.0**0.5, 2.0)
+        c.scales = DEFAULT_SCALES
         c.scale_kernel_size = 5
         c.scale_effective_size = 3
         c.scale_basis = "disco"
@@ -52,7 +50,7 @@ def stream(family: str, head: str = "ii") -> ml_collections.ConfigDict:
 
 
 def get_config():
-    config = common["get"]("base")
+    config = base.get_config()
     config.data.name = "scaled_digits"
     config.data.augment = "default"  # scale: s ~ U(0.5, 2)
     config.model = stream("std")

@@ -11,20 +11,20 @@ last, the triple network's ``test_error=X.XX%``.
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import common, digits_dual, digits_e2, digits_scale, digits_std
 
 
 def get_config():
-    config = common["get"]("digits_std")
-    streams = {k: common["get"](f"digits_{k}") for k in ("e2", "scale", "std")}
-    head = common["get"]("digits_dual").train  # the dual network's head recipe
-    return common["two_phase"](
+    config = digits_std.get_config()
+    streams = {
+        "e2": digits_e2.get_config(),
+        "scale": digits_scale.get_config(),
+        "std": digits_std.get_config(),
+    }
+    head = digits_dual.get_config().train  # the dual network's head recipe
+    return common.two_phase(
         config,
-        common["multistream"]({k: v.model for k, v in streams.items()}),
+        common.multistream({k: v.model for k, v in streams.items()}),
         streams,
         batch_size=head.batch_size,
         learning_rate=head.learning_rate,

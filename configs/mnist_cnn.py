@@ -16,18 +16,14 @@ weight decay (SESN / DISCO).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import base, models
 
 
 def get_config():
-    config = common["get"]("base")
+    config = base.get_config()
     config.data.name = "mnist_scale"
     config.data.augment = "default"  # scale: s ~ U(0.5, 2)
-    config.model = common["load"]("models")["mnist"]("cnn")
+    config.model = models.mnist("cnn")
     config.train.optimizer = "adam"
     config.train.batch_size = 128
     config.train.learning_rate = 0.01

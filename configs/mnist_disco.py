@@ -7,14 +7,10 @@ DISCO's scale-equivariant CNN (the shipped DISCO basis, kernel 15, effective siz
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import mnist_cnn, models
 
 
 def get_config():
-    config = common["get"]("mnist_cnn")
-    config.model = common["load"]("models")["mnist"]("disco")
+    config = mnist_cnn.get_config()
+    config.model = models.mnist("disco")
     return config

@@ -10,16 +10,12 @@ decay 5e-4 and dropout 0.7 (in the model section).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import mnist_cnn, models
 
 
 def get_config():
-    config = common["get"]("mnist_cnn")
-    config.model = common["load"]("models")["mnist"]("ii_disco_monomials")
+    config = mnist_cnn.get_config()
+    config.model = models.mnist("ii_disco_monomials")
     config.train.batch_size = 128
     config.train.learning_rate = 1e-3
     config.train.weight_decay = 5e-6

@@ -10,14 +10,10 @@ pruning, recipe and hyperparameters.
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import mnist_ii_disco_monomials
 
 
 def get_config():
-    config = common["get"]("mnist_ii_disco_monomials")
+    config = mnist_ii_disco_monomials.get_config()
     config.model.monomial_placement = "pointwise"
     return config

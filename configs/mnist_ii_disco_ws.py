@@ -10,16 +10,12 @@ appendix table "II-DISCO HPs on Scaled-MNIST": batch 128, learning rate 5e-3, we
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import mnist_cnn, models
 
 
 def get_config():
-    config = common["get"]("mnist_cnn")
-    config.model = common["load"]("models")["mnist"]("ii_disco_ws")
+    config = mnist_cnn.get_config()
+    config.model = models.mnist("ii_disco_ws")
     config.train.batch_size = 128
     config.train.learning_rate = 5e-3
     config.train.weight_decay = 5e-7

@@ -3,8 +3,8 @@
 python -m invjax.models svhn_e2_ii          # parameter count and layer table of one model
 python -m invjax.models --all                # the counts of every model below
 
-Each function returns a ``ConfigDict`` for ``invjax.models.build``; the experiment configs import
-this file (``runpy.run_path``) and set ``config.model = models.<function>(...)``. :data:`MODELS`
+Each function returns a ``ConfigDict`` for ``invjax.models.build``; the experiment configs
+``from configs import models`` and set ``config.model = models.<function>(...)``. :data:`MODELS`
 names every variant (``python -m invjax.models NAME`` takes these names).
 
 Single streams (appendix Tables 9-15; dropout from the tables of HPs, the baselines' from their
@@ -35,8 +35,11 @@ import math
 
 import ml_collections
 
-DATASETS = ("svhn", "cifar10", "stl10")
-HEADS = ("concat", "map_e2", "map_scale", "map_std", "map_all")
+from invjax.bases.e2 import E2CNN_EXPERIMENTS
+from invjax.groups import DEFAULT_SCALES, MNIST_SCALES
+from invjax.layers.heads import MODES, STREAMS
+from invjax.models.wrn import DEFAULT_DOWNSAMPLE
+from invjax.models.wrn import HEADS as WRN_HEADS
 
 # (depth, widen factor, E(2) groups, first stride)
 BACKBONES = {
@@ -44,6 +47,9 @@ BACKBONES = {
     "cifar10": (28, 10, ("D8", "D4", "D4"), 1),
     "stl10": (16, 8, ("D8", "D4", "D1"), 2),
 }
+DATASETS = tuple(BACKBONES)
+# The invjax.data dataset whose images each architecture takes (the prefix of its model names).
+DATA = {"svhn": "svhn_cropped", "cifar10": "cifar10", "stl10": "stl10", "mnist": "mnist_scale"}
 # Dropout: the II variants from the paper's HP tables (BOHB), the baselines from their sources.
 DROPOUT = {
     ("svhn", "std"): 0.4,
@@ -57,10 +63,19 @@ DROPOUT = {
     ("stl10", "scale_ii"): 0.25,
 }
 BASELINE_DROPOUT = 0.3  # e2cnn's and DISCO's WRNs (the pooling rows)
-DISCO_SCALES = (1.0, math.sqrt(2.0), 2.0)  # DISCO's STL-10 WRN: [1, 1.41, 2], kernel 5, eff. 3
-STREAM_DIVISOR = {"dualstar": math.sqrt(2.0), "triplestar": math.sqrt(3.0)}
-DOWNSAMPLE = {"std": "strided", "e2": "symmetric", "scale": "maxpool"}
-E2_BASIS = {"frequency_cutoff": 1.0, "sigma": 0.45}  # invjax.bases.e2.E2CNN_EXPERIMENTS
+# The constant-parameter ("*") networks: the streams of an n-stream network have their widths
+# divided by sqrt(n) (rounded up), so that the network keeps a single stream's count.
+STAR = {"dualstar": 2, "triplestar": 3}
+
+
+def width_divisor(n_streams: int) -> float:
+    """The width divisor of each stream of a constant-parameter network of ``n_streams``."""
+    return math.sqrt(n_streams)
+
+
+def dataset_of(name: str) -> str | None:
+    """The invjax.data dataset of a model name of :data:`MODELS` (None if none matches)."""
+    return DATA.get(name.split("_", 1)[0])
 
 
 def _check_dataset(dataset: str) -> None:
@@ -85,20 +100,20 @@ def wrn(dataset: str, family: str, head: str = "ii", width_divisor: float = 1.0)
     c.dropout = DROPOUT.get((dataset, key), BASELINE_DROPOUT)
     c.stem_width = 16
     c.ii_kernel_size = 3
-    # The peers' downsampling (invjax.models.wrn.DEFAULT_DOWNSAMPLE): strided convolutions in the
-    # WRN baselines, DISCO's stride 1 + 2x2 max pool, the grid-symmetric box rule for E(2).
-    c.downsample = DOWNSAMPLE[family]
+    # The peers' downsampling: strided convolutions in the WRN baselines, DISCO's stride 1 + 2x2
+    # max pool, the grid-symmetric box rule for E(2).
+    c.downsample = DEFAULT_DOWNSAMPLE[family]
     if family == "e2":
         c.groups = groups
         c.ii_group = groups[-1]  # D8 (SVHN), D4 (CIFAR-10), D1 = flips (STL-10)
         c.ii_interpolation = "bilinear"
         # e2cnn_experiments' basis (--F=1. --sigma=0.45); the pooling rows are e2cnn's networks
         # (last block to int(64k sqrt|G|) trivial fields), the II rows keep the baseline's 64k.
-        c.e2_frequency_cutoff = E2_BASIS["frequency_cutoff"]
-        c.e2_sigma = E2_BASIS["sigma"]
+        c.e2_frequency_cutoff = E2CNN_EXPERIMENTS["frequency_cutoff"]
+        c.e2_sigma = E2CNN_EXPERIMENTS["sigma"]
         c.e2_out_width = "e2cnn" if head == "pool" else "baseline"
     if family == "scale":
-        c.scales = DISCO_SCALES
+        c.scales = DEFAULT_SCALES  # DISCO's STL-10 WRN: [1, 1.41, 2], kernel 5, eff. 3
         c.scale_kernel_size = 5
         c.scale_effective_size = 3
         c.scale_basis = "disco"
@@ -136,7 +151,7 @@ def multistream(
     ``freeze_streams``: phase 2 of the paper (streams from phase-1 checkpoints, frozen).
     """
     _check_dataset(dataset)
-    divisor = math.sqrt(len(streams)) if constant_params else 1.0
+    divisor = width_divisor(len(streams)) if constant_params else 1.0
     c = ml_collections.ConfigDict()
     c.name = "multistream"
     c.head = head
@@ -151,14 +166,14 @@ def multistream(
         elif s == "std":
             c.streams.std = std(dataset, divisor)
         else:
-            raise ValueError(f"stream {s!r} is unknown: choose among ('e2', 'scale', 'std')")
+            raise ValueError(f"stream {s!r} is unknown: choose among {STREAMS}")
     return c
 
 
 def triple_std(dataset: str, head: str = "map_e2", freeze_streams: bool = True):
     """Table 4's control: a triple network of three standard WRNs (pooling heads) in the three
     stream slots (``e2``, ``scale``, ``std`` are slot names; each holds a standard stream)."""
-    c = multistream(dataset, ("e2", "scale", "std"), head, freeze_streams=freeze_streams)
+    c = multistream(dataset, STREAMS, head, freeze_streams=freeze_streams)
     for slot in ("e2", "scale"):
         c.streams[slot] = std(dataset)
     return c
@@ -169,7 +184,7 @@ def dual(dataset: str, head: str = "map_e2", constant_params: bool = False, **kw
 
 
 def triple(dataset: str, head: str = "map_e2", constant_params: bool = False, **kw):
-    return multistream(dataset, ("e2", "scale", "std"), head, constant_params, **kw)
+    return multistream(dataset, STREAMS, head, constant_params, **kw)
 
 
 # --------------------------------------------------------------------------- Scaled-MNIST
@@ -184,7 +199,7 @@ def mnist(variant: str = "ii_disco_ws"):
     c.upsample = "nearest"  # DISCO / SESN: nn.Upsample(scale_factor=2)
     c.widths = (32, 63, 95)
     c.hidden = 256
-    c.scales = tuple(2 ** (i / 3) for i in range(4))  # n_S = 4 (text); Table 7 says 3
+    c.scales = MNIST_SCALES  # n_S = 4 (text); Table 7 says 3
     c.effective_size = 7
     c.kernel_size = 15
     c.bn_momentum = 0.9  # PyTorch's 0.1
@@ -235,9 +250,10 @@ def _registry() -> dict:
     for ds in DATASETS:
         reg[f"{ds}_std"] = lambda ds=ds: std(ds)
         for fam in ("e2", "scale"):
-            for h in ("ii", "pool"):
+            for h in WRN_HEADS:
                 reg[f"{ds}_{fam}_{h}"] = lambda ds=ds, fam=fam, h=h: wrn(ds, fam, h)
-        for star, div in STREAM_DIVISOR.items():
+        for star, n in STAR.items():
+            div = width_divisor(n)
             reg[f"{ds}_std_{star}"] = lambda ds=ds, div=div: std(ds, div)
             for fam in ("e2", "scale"):
                 reg[f"{ds}_{fam}_ii_{star}"] = lambda ds=ds, fam=fam, div=div: wrn(
@@ -245,7 +261,7 @@ def _registry() -> dict:
                 )
         for kind, fn in (("dual", dual), ("triple", triple)):
             for star in (False, True):
-                for h in HEADS:
+                for h in MODES:
                     if kind == "dual" and h == "map_std":
                         continue
                     name = f"{ds}_{kind}{'_star' if star else ''}_{h}"
@@ -271,8 +287,3 @@ def get(name: str):
     if name not in MODELS:
         raise ValueError(f"model {name!r} is unknown: valid names are {sorted(MODELS)}")
     return MODELS[name]()
-
-
-def get_config(name: str = "svhn_e2_ii"):
-    """So that ``--config=configs/models.py:NAME`` also works (returns a model section)."""
-    return get(name)

@@ -13,22 +13,18 @@ recipe's epochs and schedule divided by 10 (100 epochs). Other heads (appendix A
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import common, models, stl10_e2_ii, stl10_scale_ii, stl10_std
 
 
 def get_config():
-    config = common["get"]("stl10_std")
-    model = common["load"]("models")["dual"]("stl10", "map_e2")
-    return common["two_phase"](
+    config = stl10_std.get_config()
+    model = models.dual("stl10", "map_e2")
+    return common.two_phase(
         config,
         model,
         {
-            "e2": common["get"]("stl10_e2_ii"),
-            "scale": common["get"]("stl10_scale_ii"),
+            "e2": stl10_e2_ii.get_config(),
+            "scale": stl10_scale_ii.get_config(),
         },
         batch_size=128,
         learning_rate=0.01,

@@ -9,14 +9,10 @@ them again).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, stl10_dual
 
 
 def get_config():
-    config = common["get"]("stl10_dual")
-    config.model = common["load"]("models")["dual"]("stl10", "map_e2", constant_params=True)
+    config = stl10_dual.get_config()
+    config.model = models.dual("stl10", "map_e2", constant_params=True)
     return config

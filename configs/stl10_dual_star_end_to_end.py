@@ -14,20 +14,14 @@ per stream (configs/models.py).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, stl10_scale_ii, stl10_std
 
 
 def get_config():
-    config = common["get"]("stl10_std")
-    config.model = common["load"]("models")["dual"](
-        "stl10", "map_e2", constant_params=True, freeze_streams=False
-    )
+    config = stl10_std.get_config()
+    config.model = models.dual("stl10", "map_e2", constant_params=True, freeze_streams=False)
     config.train.phases = "end_to_end"
-    scale = common["get"]("stl10_scale_ii").train
+    scale = stl10_scale_ii.get_config().train
     config.train.batch_size = scale.batch_size
     config.train.learning_rate = scale.learning_rate
     config.train.weight_decay = scale.weight_decay

@@ -9,16 +9,12 @@ hyperparameters: e2cnn's STL-10 recipe (lr 0.1, weight decay 5e-4, batch 128, dr
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, stl10_std
 
 
 def get_config():
-    config = common["get"]("stl10_std")
-    config.model = common["load"]("models")["e2"]("stl10", "pool")
+    config = stl10_std.get_config()
+    config.model = models.e2("stl10", "pool")
     config.train.batch_size = 128
     config.train.learning_rate = 0.1
     config.train.weight_decay = 0.0005

@@ -10,16 +10,12 @@ on STL-10": batch 96, learning rate 0.002, weight decay 0.01, dropout in the mod
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, stl10_std
 
 
 def get_config():
-    config = common["get"]("stl10_std")
-    config.model = common["load"]("models")["e2"]("stl10", "ii")
+    config = stl10_std.get_config()
+    config.model = models.e2("stl10", "ii")
     config.train.batch_size = 96
     config.train.learning_rate = 0.002
     config.train.weight_decay = 0.01

@@ -11,14 +11,10 @@ mean-colour fill, then the standard augmentation).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import stl10_std
 
 
 def get_config():
-    config = common["get"]("stl10_std")
+    config = stl10_std.get_config()
     config.data.augment = "crop_flip_cutout_rot90_scale"
     return config

@@ -8,18 +8,12 @@ trains them with their baselines' recipes (``stl10_e2.py``, ``stl10_scale.py``).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, stl10_e2, stl10_scale, stl10_triple
 
 
 def get_config():
-    config = common["get"]("stl10_triple")
-    config.model = common["load"]("models")["triple"](
-        "stl10", "map_e2", e2_head="pool", scale_head="pool"
-    )
-    config.phase1.e2.train = common["get"]("stl10_e2").train
-    config.phase1.scale.train = common["get"]("stl10_scale").train
+    config = stl10_triple.get_config()
+    config.model = models.triple("stl10", "map_e2", e2_head="pool", scale_head="pool")
+    config.phase1.e2.train = stl10_e2.get_config().train
+    config.phase1.scale.train = stl10_scale.get_config().train
     return config

@@ -8,15 +8,11 @@ trains that stream with its own recipe (``stl10_scale.py``: DISCO's hyperparamet
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, stl10_scale, stl10_triple
 
 
 def get_config():
-    config = common["get"]("stl10_triple")
-    config.model = common["load"]("models")["triple"]("stl10", "map_e2", scale_head="pool")
-    config.phase1.scale.train = common["get"]("stl10_scale").train
+    config = stl10_triple.get_config()
+    config.model = models.triple("stl10", "map_e2", scale_head="pool")
+    config.phase1.scale.train = stl10_scale.get_config().train
     return config

@@ -12,18 +12,14 @@ the Map head and the classifier as in ``stl10_triple.py``.
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import common, models, stl10_std
 
 
 def get_config():
-    config = common["get"]("stl10_std")
-    model = common["load"]("models")["triple_std"]("stl10", "map_e2")
-    recipe = common["get"]("stl10_std")
-    config = common["two_phase"](
+    config = stl10_std.get_config()
+    model = models.triple_std("stl10", "map_e2")
+    recipe = stl10_std.get_config()
+    config = common.two_phase(
         config,
         model,
         {"e2": recipe, "scale": recipe, "std": recipe},

@@ -10,16 +10,12 @@ section (configs/models.py). Also phase 1's recipe of the E(2) stream in the mul
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, svhn_std
 
 
 def get_config():
-    config = common["get"]("svhn_std")
-    config.model = common["load"]("models")["e2"]("svhn", "ii")
+    config = svhn_std.get_config()
+    config.model = models.e2("svhn", "ii")
     config.train.batch_size = 128
     config.train.learning_rate = 0.005
     config.train.weight_decay = 0.005

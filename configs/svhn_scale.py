@@ -9,14 +9,10 @@ hyperparameters: DISCO has no SVHN recipe: the baseline's (std) hyperparameters.
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, svhn_std
 
 
 def get_config():
-    config = common["get"]("svhn_std")
-    config.model = common["load"]("models")["scale"]("svhn", "pool")
+    config = svhn_std.get_config()
+    config.model = models.scale("svhn", "pool")
     return config

@@ -12,19 +12,15 @@ SVHN recipe (lr 0.01, weight decay 5e-4, dropout 0.4).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import base, models
 
 
 def get_config():
-    config = common["get"]("base")
+    config = base.get_config()
     config.data.name = "svhn_cropped"
     config.data.val_fraction = 0.0
     config.data.augment = "default"  # none
-    config.model = common["load"]("models")["std"]("svhn")
+    config.model = models.std("svhn")
     config.train.optimizer = "sgd"
     config.train.momentum = 0.9
     config.train.nesterov = False

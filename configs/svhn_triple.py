@@ -13,23 +13,19 @@ weight decay 0.0001, and the recipe's epochs and schedule divided by 4 (40 epoch
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import common, models, svhn_e2_ii, svhn_scale_ii, svhn_std
 
 
 def get_config():
-    config = common["get"]("svhn_std")
-    model = common["load"]("models")["triple"]("svhn", "map_e2")
-    return common["two_phase"](
+    config = svhn_std.get_config()
+    model = models.triple("svhn", "map_e2")
+    return common.two_phase(
         config,
         model,
         {
-            "e2": common["get"]("svhn_e2_ii"),
-            "scale": common["get"]("svhn_scale_ii"),
-            "std": common["get"]("svhn_std"),
+            "e2": svhn_e2_ii.get_config(),
+            "scale": svhn_scale_ii.get_config(),
+            "std": svhn_std.get_config(),
         },
         batch_size=128,
         learning_rate=0.01,

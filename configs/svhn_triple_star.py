@@ -9,14 +9,10 @@ tune them again).
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
-# Configs are files, not a package: load the siblings next to this file wherever it is run from.
-common = runpy.run_path(str(pathlib.Path(__file__).with_name("common.py")))
+from configs import models, svhn_triple
 
 
 def get_config():
-    config = common["get"]("svhn_triple")
-    config.model = common["load"]("models")["triple"]("svhn", "map_e2", constant_params=True)
+    config = svhn_triple.get_config()
+    config.model = models.triple("svhn", "map_e2", constant_params=True)
     return config

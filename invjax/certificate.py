@@ -23,6 +23,7 @@ import numpy as np
 
 from invjax import groups as G
 from invjax import precision as P
+from invjax.models import wrn
 
 #: The float32-rounding bound the guarantee is held to (relative change of the logits).
 BOUND = 1e-5
@@ -43,13 +44,12 @@ def exact_elements(model_cfg) -> list[tuple[str, G.Group, int]]:
     """``[(label, group, g)]``: the non-identity elements the architecture makes exact."""
     if model_cfg.get("name") != "wrn" or model_cfg.get("family") != "e2":
         return []
-    groups = tuple(model_cfg.get("groups") or ())
-    if not groups:
+    if not model_cfg.get("groups"):
         return []
-    last = G.parse_group(groups[-1])
-    group = last
-    if model_cfg.get("head") == "ii" and model_cfg.get("ii_group"):
-        group = G.parse_group(model_cfg.get("ii_group"))
+    net = wrn.from_config(model_cfg)  # its groups: Group objects, parsed once there
+    last = group = net.groups[-1]
+    if net.head == "ii" and net.ii_group:
+        group = net.ii_group
         if not G.is_subgroup(group, last):
             return []
     return [

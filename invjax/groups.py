@@ -131,6 +131,20 @@ def parse_group(spec: str | Group) -> Group:
     return Group(int(m.group(2)), m.group(1).upper() == "D")
 
 
+def as_group_fields(module, *names: str) -> None:
+    """Give the fields ``names`` of ``module`` (a frozen dataclass, e.g. a Linen module) as
+    :class:`Group` objects: layers and models compute with Groups, and a hand-built one may be
+    given ``"D4"``, parsed here once when it is constructed. ``None`` stays ``None``; a tuple is
+    parsed element by element."""
+    for name in names:
+        value = getattr(module, name)
+        if isinstance(value, list | tuple):
+            value = tuple(parse_group(v) for v in value)
+        elif value is not None:
+            value = parse_group(value)
+        object.__setattr__(module, name, value)
+
+
 def is_subgroup(sub: Group, group: Group) -> bool:
     """Whether ``sub`` embeds in ``group`` (rotation orders divide, flips only if present)."""
     return group.n_rotations % sub.n_rotations == 0 and (group.flips or not sub.flips)
@@ -176,6 +190,13 @@ def check_chain(groups: Sequence[str | Group]) -> list[Group]:
                 f"subgroup of {a.name}"
             )
     return gs
+
+
+# The scale sets of the paper's networks (one home: the layers' defaults and the configs import
+# them). WRN streams: DISCO's STL-10 WRN, 3 scales of ratio 2**(1/2) ([1, 1.41, 2]). Scaled-MNIST:
+# SESN's and DISCO's n_S = 4 scales 2**(i/3) (the paper's text; its Table 7 says 3).
+DEFAULT_SCALES = (1.0, 2**0.5, 2.0)
+MNIST_SCALES = tuple(2 ** (i / 3) for i in range(4))
 
 
 def scale_set(n: int, ratio: float = 2 ** (1 / 3)) -> tuple[float, ...]:

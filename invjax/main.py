@@ -32,7 +32,6 @@ The work itself is in :mod:`invjax.training` (its map: :mod:`invjax.train`).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 
@@ -66,11 +65,8 @@ def _fail(message: str, status: int = 2, kind: str = "error: "):
     sys.exit(status)
 
 
-def _check_config_args(argv) -> None:
-    """Give one clear message for a missing config file or an unknown ``--config.KEY``.
-
-    (ml_collections reports those as a KeyError traceback or not at all.)
-    """
+def _config_args(argv) -> tuple[str | None, list[str]]:
+    """``(--config's value or None, the --config.KEY=VALUE arguments)`` of ``argv``."""
     path, overrides = None, []
     for i, arg in enumerate(argv[1:], 1):
         if arg.startswith("--config="):
@@ -79,18 +75,26 @@ def _check_config_args(argv) -> None:
             path = argv[i + 1]
         elif arg.startswith("--config."):
             overrides.append(arg)
-    if path is None:
-        return  # absl reports the missing required flag
-    file, _, param = path.partition(":")
+    return path, overrides
+
+
+def _load_config(path: str):
+    """``get_config([ARG])`` of the config file ``path`` (``FILE[:ARG]``), run once; one clear
+    message (exit 2) for a missing file or one that fails to load."""
+    file = path.partition(":")[0]
     if not os.path.isfile(file):
         _fail(f"--config={path}: no such config file (configs live in configs/*.py)")
     try:
-        spec = importlib.util.spec_from_file_location("_invjax_config_check", file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        config = module.get_config(param) if param else module.get_config()
+        import configs
+
+        return configs.from_file(path)
     except Exception as e:  # noqa: BLE001 (any failure of the user's file gets one message)
         _fail(f"cannot load config file {file}: {type(e).__name__}: {e}")
+
+
+def _check_overrides(config, overrides) -> None:
+    """One clear message for an unknown ``--config.KEY`` (ml_collections reports it as a
+    KeyError traceback or not at all)."""
     for arg in overrides:
         key = arg[2:].split("=", 1)[0][len("config.") :]
         node, walked = config, "config"
@@ -103,6 +107,25 @@ def _check_config_args(argv) -> None:
                     f"{part!s} in {arg}: valid keys of {walked} are {sorted(node.keys())}"
                 )
             node, walked = node[part], f"{walked}.{part}"
+
+
+class _ConfigFileParser(flags.ArgumentParser):
+    """The parser of ``--config``: loads the file once (:func:`_load_config`), checks the
+    command line's overrides on that config, and locks it; config_flags then applies the
+    overrides to it. (It replaces config_flags' own loader, which reports a missing file only
+    when the config is first read and an unknown key as a traceback.)"""
+
+    def __init__(self, overrides=()):
+        self.overrides = list(overrides)
+
+    def parse(self, argument):
+        config = _load_config(argument)
+        _check_overrides(config, self.overrides)
+        config.lock()  # lock_config=True: an override cannot add a key
+        return config
+
+    def flag_type(self):
+        return "config object"
 
 
 def _config_keys(config, prefix="config") -> list[str]:
@@ -124,33 +147,29 @@ def _help(argv) -> str:
         for name in ("config", "workdir", "dry_run", "verbosity")
         if name in flags.FLAGS
     ]
-    path = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")), None)
+    path, _ = _config_args(argv)
     if path is None:
         here = os.path.join(os.getcwd(), "configs")
         if os.path.isdir(here):
             names = sorted(
                 f[:-3]
                 for f in os.listdir(here)
-                if f.endswith(".py") and f not in ("common.py", "models.py")
+                if f.endswith(".py") and f not in ("__init__.py", "common.py", "models.py")
             )
             text += ["", f"configs (in {here}): " + ", ".join(names)]
         text += ["", "Add --config=configs/NAME.py to --help to list that config's keys."]
         return "\n".join(text)
-    file, _, param = path.partition(":")
-    spec = importlib.util.spec_from_file_location("_invjax_config_help", file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config(param) if param else module.get_config()
+    config = _load_config(path)  # --help parses no flags: this is the file's one load
     text += ["", f"keys of {path} (override with --config.KEY=VALUE; shown: its values):"]
     return "\n".join(text + _config_keys(config))
 
 
 def _parse_flags(argv):
     if any(a in ("-h", "--help", "-help", "--helpshort") for a in argv[1:]):
-        _check_config_args([a for a in argv if not a.startswith("--config.")])
         print(_help(argv))
         sys.exit(0)
-    _check_config_args(argv)
+    _, overrides = _config_args(argv)
+    flags.FLAGS["config"].parser = _ConfigFileParser(overrides)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:

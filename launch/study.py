@@ -57,6 +57,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sweep = runpy.run_path(str(REPO / "launch" / "sweep.py"), run_name="study_sweep")
 
+from invjax.groups import DEFAULT_SCALES  # noqa: E402
+
 DATASETS = ("scaled_digits", "rotscaled_digits")
 N_ALL = 1079  # the digits' training split
 # The Scaled-MNIST network at the WRN scale stream's basis settings (28 x 28 input, kernel 5,
@@ -68,7 +70,7 @@ _MONO = {
     "model.upsample": "none",
     "model.kernel_size": 5,
     "model.effective_size": 3,
-    "model.scales": (1.0, 2.0**0.5, 2.0),
+    "model.scales": DEFAULT_SCALES,
     # Table 6's BatchNorm decay 5e-4 (momentum 0.9995) leaves the running statistics 90% at their
     # initial values after 200 steps: measured 89.97% test error (chance) at N_t = 100 with it.
     "model.bn_momentum": 0.99,
@@ -90,7 +92,11 @@ FAMILIES: dict[str, tuple[str, dict] | None] = {
     "triple": ("digits_triple", {}),
 }
 WRN_STEMS = ("digits_std", "digits_e2", "digits_scale")
-STREAMS = {"digits_dual": ("e2", "scale"), "digits_triple": ("e2", "scale", "std")}
+# The multi-stream configs' streams, read from the configs themselves.
+STREAMS = {
+    stem: tuple(sweep["load_config"](stem, {}).model.streams)
+    for stem in ("digits_dual", "digits_triple")
+}
 FULL = {
     "datasets": DATASETS,
     "families": tuple(FAMILIES),

@@ -62,10 +62,10 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib
 import os
 import pathlib
 import queue
-import runpy
 import shlex
 import shutil
 import subprocess
@@ -75,7 +75,13 @@ import time
 from collections.abc import Sequence
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: import configs and invjax of this checkout
+    sys.path.insert(0, str(REPO))
 CONFIGS = REPO / "configs"
+NOT_EXPERIMENTS = ("__init__", "base", "common", "models")  # modules of configs/
+
+from invjax.layers.heads import MODES as HEADS  # noqa: E402
+
 TEMPLATE = pathlib.Path(__file__).resolve().with_name("slurm.sh.template")
 
 TABLE3_ROWS = (
@@ -89,7 +95,6 @@ TABLE3_ROWS = (
     "triple_star",
     "triple",
 )
-HEADS = ("concat", "map_e2", "map_scale", "map_std", "map_all")
 GROUPS: dict[str, list[tuple[str, dict]]] = {
     "table2": [
         (f"mnist_{v}", {}) for v in ("cnn", "ses", "disco", "ii_disco_monomials", "ii_disco_ws")
@@ -171,12 +176,10 @@ def expand(names: Sequence[str]) -> list[tuple[str, dict]]:
     for name in names:
         if name in GROUPS:
             items = GROUPS[name]
-        elif (CONFIGS / f"{name}.py").is_file() and name not in ("base", "common", "models"):
+        elif (CONFIGS / f"{name}.py").is_file() and name not in NOT_EXPERIMENTS:
             items = [(name, {})]
         else:
-            configs = sorted(
-                p.stem for p in CONFIGS.glob("*.py") if p.stem not in ("base", "common", "models")
-            )
+            configs = sorted(p.stem for p in CONFIGS.glob("*.py") if p.stem not in NOT_EXPERIMENTS)
             raise ValueError(
                 f"experiment {name!r} is neither a group {sorted(GROUPS)} nor a config {configs}"
             )
@@ -188,7 +191,7 @@ def expand(names: Sequence[str]) -> list[tuple[str, dict]]:
 
 def load_config(stem: str, overrides: dict):
     """``configs/<stem>.py``'s config with ``overrides`` applied as the command line would."""
-    config = runpy.run_path(str(CONFIGS / f"{stem}.py"))["get_config"]()
+    config = importlib.import_module(f"configs.{stem}").get_config()
     for key, value in overrides.items():
         *path, last = key.split(".")
         node = config
@@ -505,5 +508,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     sys.exit(main())

@@ -38,7 +38,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 CONFIGS = REPO / "configs"
-HELPERS = ("common", "models")  # configs/ files that are not experiments
+HELPERS = ("__init__", "common", "models")  # configs/ modules that are not experiments
 PREPARE = "python -m invjax.data.prepare"
 # Command (as written) -> why it is expected to fail on this branch.
 KNOWN_BROKEN: dict[str, str] = {}

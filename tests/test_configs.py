@@ -5,9 +5,9 @@ experiments whose phase-1 runs are exactly the single-stream configs."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import pathlib
-import runpy
 
 import chex
 import jax
@@ -20,13 +20,13 @@ from invjax.training.experiment import flat_config
 from invjax.training.optimizer import validate_train_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
-HELPERS = ("common", "models")  # configs/ files that are not experiments
+HELPERS = ("__init__", "common", "models")  # configs/ modules that are not experiments
 FILES = sorted(p for p in CONFIGS.glob("*.py") if p.stem not in HELPERS)
 NAMES = [p.stem for p in FILES]
 
 
 def get(name):
-    return runpy.run_path(str(CONFIGS / f"{name}.py"))["get_config"]()
+    return importlib.import_module(f"configs.{name}").get_config()
 
 
 def tiny(model):
@@ -63,12 +63,43 @@ def test_every_experiment_of_the_paper_has_a_config():
         assert f"digits_{v}" in NAMES
 
 
+def test_configs_are_a_package_and_load_alike_by_path():
+    """Each config imports its helpers (no file-path loading); loaded by path, as ``--config=``
+    loads it, it gives the same config as imported from the package."""
+    import configs
+
+    for path in FILES:
+        assert "runpy" not in path.read_text(), path.name
+    for name in ("base", "digits_triple", "cifar10_triple", "stl10_triple_e2pool", "mnist_ses"):
+        by_path = configs.from_file(str(CONFIGS / f"{name}.py"))
+        assert by_path.to_dict() == get(name).to_dict(), name
+
+
+def test_names_and_constants_come_from_invjax():
+    """The configs' stream, head, scale and downsampling values are invjax's own objects."""
+    from configs import common
+    from configs import models as model_configs
+    from invjax import groups
+    from invjax.layers import heads
+    from invjax.models import multistream, wrn
+
+    assert common.PHASE2_TRAINABLE is multistream.PHASE2_TRAINABLE
+    assert model_configs.MODES is heads.MODES and model_configs.STREAMS is heads.STREAMS
+    assert get("cifar10_scale_ii").model.scales == groups.DEFAULT_SCALES
+    assert get("mnist_disco").model.scales == groups.MNIST_SCALES
+    for name, family in (("svhn_std", "std"), ("svhn_e2_ii", "e2"), ("digits_scale", "scale")):
+        assert get(name).model.downsample == wrn.DEFAULT_DOWNSAMPLE[family]
+    triple = get("cifar10_triple_star")
+    assert tuple(triple.model.streams) == heads.STREAMS
+    assert triple.model.streams.e2.width_divisor == model_configs.width_divisor(3)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_config_loads_names_its_command_and_builds(name):
-    module = runpy.run_path(str(CONFIGS / f"{name}.py"))
-    first = module["__doc__"].strip().splitlines()[0]
+    module = importlib.import_module(f"configs.{name}")
+    first = module.__doc__.strip().splitlines()[0]
     assert first == f"python -m invjax.main --config=configs/{name}.py --workdir=runs/{name}"
-    config = module["get_config"]()
+    config = module.get_config()
     data.check_config(config.data)
     validate_train_config(config.train)
     phases = plan.phases_of(config)

@@ -302,6 +302,37 @@ def test_unknown_config_key_is_one_clear_message(tmp_path):
     assert not os.path.exists(tmp_path / "w")
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [["--config.train.learning_rat=0.1"], ["--config.train.num_epochs=0"], ["--help"]],
+    ids=["unknown_key", "bad_value", "help"],
+)
+def test_the_config_file_runs_once(tmp_path, extra):
+    """--config's file is loaded once: the override check and --help read that one config."""
+    log = tmp_path / "loads.txt"
+    config = tmp_path / "counted.py"
+    config.write_text(
+        '"""A config that counts its loads."""\n'
+        "from configs import digits_cnn\n\n\n"
+        "def get_config():\n"
+        f"    with open({str(log)!r}, 'a') as f:\n"
+        "        f.write('loaded\\n')\n"
+        "    return digits_cnn.get_config()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "invjax.main", f"--config={config}", f"--workdir={tmp_path / 'w'}"]
+        + extra,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == (0 if extra == ["--help"] else 2), proc.stderr[-2000:]
+    assert log.read_text() == "loaded\n"
+    if extra == ["--help"]:
+        assert "--config.train.num_epochs=30" in proc.stdout  # the keys of that one load
+
+
 def test_bad_n_train_is_one_clear_message(tmp_path):
     proc = run_main(str(tmp_path / "w"), "--config.data.n_train=95", timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]

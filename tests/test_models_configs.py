@@ -6,21 +6,18 @@ traces the whole network (bases, shapes, parameter trees) without computing, at 
 
 from __future__ import annotations
 
-import pathlib
-import runpy
-
 import chex
 import jax
 import jax.numpy as jnp
 import pytest
 
+from configs import models as model_configs
 from invjax.models import build
 from invjax.models.__main__ import input_shape_for, main
 from invjax.models.common import count_params
 from invjax.models.peers import PEER_COUNTS, PEER_COUNTS_NARROW
 
-MODELS = runpy.run_path(str(pathlib.Path(__file__).parents[1] / "configs" / "models.py"))
-NAMES = sorted(MODELS["MODELS"])
+NAMES = sorted(model_configs.MODELS)
 
 # Traced in full: every single-stream network, every head on STL-10, the dual / triple networks of
 # the other datasets, Table 4's ablations and the end-to-end variant.
@@ -62,12 +59,12 @@ def test_registry_covers_the_paper():
     for v in ("cnn", "ses", "disco", "ii_disco_ws", "ii_disco_monomials"):
         assert f"mnist_{v}" in NAMES
     with pytest.raises(ValueError, match="unknown"):
-        MODELS["get"]("svhn_e3_ii")
+        model_configs.get("svhn_e3_ii")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_config_builds(name):
-    cfg = MODELS["get"](name)
+    cfg = model_configs.get(name)
     module = build(cfg)
     assert module is not None
     if name in TRACED:
@@ -117,7 +114,7 @@ def test_help_names_both_kinds(capsys):
 @pytest.mark.parametrize("name,k", sorted(PEER_COUNTS_NARROW))
 def test_parameter_parity_at_narrow_widths(name, k):
     """e2cnn's CIFAR-10 E(2) WRN28 (D8, D4, D4) at widen factors 1, 2: equal counts."""
-    cfg = MODELS["get"](name)
+    cfg = model_configs.get(name)
     cfg.widen_factor = k
     x = jax.ShapeDtypeStruct((1,) + input_shape_for(name), jnp.float32)
     variables = jax.eval_shape(lambda z: build(cfg).init(jax.random.PRNGKey(0), z), x)
@@ -127,7 +124,7 @@ def test_parameter_parity_at_narrow_widths(name, k):
 @pytest.mark.parametrize("name", sorted(PEER_COUNTS))
 def test_parameter_parity_with_the_peers(name):
     """The rows without II are the peers' networks: counts measured in PyTorch (peers.py)."""
-    cfg = MODELS["get"](name)
+    cfg = model_configs.get(name)
     x = jax.ShapeDtypeStruct((1,) + input_shape_for(name), jnp.float32)
     variables = jax.eval_shape(lambda z: build(cfg).init(jax.random.PRNGKey(0), z), x)
     ours, (theirs, _) = count_params(variables["params"]), PEER_COUNTS[name]

@@ -4,8 +4,6 @@ invariance of each stream's features and of the combined logits on real photos a
 from __future__ import annotations
 
 import math
-import pathlib
-import runpy
 
 import chex
 import jax
@@ -13,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import models as model_configs
 from invjax import groups as G
 from invjax.layers.heads import StreamCombination
 from invjax.models import build
@@ -21,7 +20,6 @@ from invjax.models.wrn import WideResNet, wrn_widths
 from invjax.training.state import graft
 
 D4 = G.dihedral(4)
-MODELS = runpy.run_path(str(pathlib.Path(__file__).parents[1] / "configs" / "models.py"))
 
 
 def rel(a, b):
@@ -204,13 +202,15 @@ def test_combination_head_algebra():
 
 
 def test_constant_parameter_streams_from_configs():
-    dual_star = build(MODELS["get"]("svhn_dual_star_map_e2"))
-    triple_star = build(MODELS["get"]("cifar10_triple_star_map_e2"))
-    assert dual_star.e2.widths == wrn_widths("e2", 4, ("D8",) * 3, width_divisor=math.sqrt(2))
+    dual_star = build(model_configs.get("svhn_dual_star_map_e2"))
+    triple_star = build(model_configs.get("cifar10_triple_star_map_e2"))
+    assert dual_star.e2.widths == wrn_widths(
+        "e2", 4, (G.dihedral(8),) * 3, width_divisor=math.sqrt(2)
+    )
     assert dual_star.e2.widths["stages"] == (12, 23, 46)  # ceil(16, 32, 64 / sqrt 2)
     assert triple_star.std.widths["stages"] == (93, 185, 370)  # ceil(160, 320, 640 / sqrt 3)
     assert triple_star.scale.widths["out"] == 370 and triple_star.e2.widths["out"] == 370
     # The phase-1 streams of the "*" networks have exactly these widths.
-    assert build(MODELS["get"]("svhn_e2_ii_dualstar")).widths == dual_star.e2.widths
+    assert build(model_configs.get("svhn_e2_ii_dualstar")).widths == dual_star.e2.widths
     with pytest.raises(ValueError, match="maps onto the 'std' stream"):
-        build(MODELS["dual"]("svhn", "map_std"))
+        build(model_configs.dual("svhn", "map_std"))

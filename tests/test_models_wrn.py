@@ -52,19 +52,19 @@ def scale_delta(fn, x):
 
 def test_widths_follow_the_appendix_tables():
     # Table 10 (CIFAR-10, WRN28-10, D8/D4/D4): 4 / 40 / 113 / 226 fields, 640 trivial.
-    assert wrn_widths("e2", 10, ("D8", "D4", "D4")) == {
+    assert wrn_widths("e2", 10, G.check_chain(("D8", "D4", "D4"))) == {
         "stem": 4,
         "stages": (40, 113, 226),
         "out": 640,
     }
     # Table 14 (STL-10, WRN16-8, D8/D4/D1): 4 / 32 / 90 / 362, 512 trivial.
-    assert wrn_widths("e2", 8, ("D8", "D4", "D1")) == {
+    assert wrn_widths("e2", 8, G.check_chain(("D8", "D4", "D1"))) == {
         "stem": 4,
         "stages": (32, 90, 362),
         "out": 512,
     }
     # Table 9 (SVHN, WRN16-4, D8 throughout): 4 / 16 / 32 / 64, 256 trivial.
-    assert wrn_widths("e2", 4, ("D8",) * 3)["stages"] == (16, 32, 64)
+    assert wrn_widths("e2", 4, (G.dihedral(8),) * 3)["stages"] == (16, 32, 64)
     # Tables 12 / 15: the scale networks have the plain widths.
     assert wrn_widths("scale", 8, stem_width=32) == {
         "stem": 32,

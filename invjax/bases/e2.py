@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from invjax.groups import Group, parse_group, plane_coordinates
+from invjax.groups import Group, plane_coordinates
 
 #: e2cnn_experiments' basis (``--F=1. --sigma=0.45`` in every E(2)-WRN run): the paper's configs.
 E2CNN_EXPERIMENTS = {"frequency_cutoff": 1.0, "sigma": 0.45}
@@ -174,8 +174,17 @@ def _normaliser(
     return keep, norms[keep]
 
 
+def _check_group(group) -> None:
+    # The bases are built for Group objects (names are parsed once, where a layer is built).
+    if not isinstance(group, Group):
+        raise ValueError(
+            f"group={group!r} is invalid: give an invjax.groups.Group, e.g. "
+            "invjax.groups.parse_group('D4')"
+        )
+
+
 def transformed_basis(
-    group: Group | str,
+    group: Group,
     kernel_size: int,
     dilation: int = 1,
     frequency_cutoff: float | None = None,
@@ -187,8 +196,9 @@ def transformed_basis(
     For grid-exact elements (multiples of 90 degrees, flips) the sampled transformed function is
     taken as the permuted sample of the untransformed one, so the equality holds bit for bit.
     """
+    _check_group(group)
     return _transformed_basis(
-        parse_group(group),
+        group,
         kernel_size,
         dilation,
         frequency_cutoff,
@@ -238,7 +248,7 @@ def effective_kernel_size(kernel_size: int, dilation: int = 1) -> int:
 
 
 def reference_basis(
-    group: Group | str,
+    group: Group,
     kernel_size: int,
     dilation: int = 1,
     frequency_cutoff=None,
@@ -246,7 +256,7 @@ def reference_basis(
     rings=None,
 ) -> np.ndarray:
     """Slow, obvious reference for tests: loops over every pixel and element, float64."""
-    group = parse_group(group)
+    _check_group(group)
     spec = basis_spec(kernel_size, dilation, frequency_cutoff, sigma, rings)
     size = effective_kernel_size(kernel_size, dilation)
     c = (size - 1) / 2.0

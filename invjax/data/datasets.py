@@ -49,16 +49,24 @@ from invjax.data import augment as augment_lib
 from invjax.data import digits as digits_lib
 from invjax.data import scaled_mnist, sources, subsets
 
-# name -> (image shape, number of classes, default augmentation)
+
+def _tfds(name: str, augment: str) -> tuple[tuple[int, int, int], int, str]:
+    """A TFDS dataset's entry: its image shape and classes as :mod:`.sources` reads them."""
+    _, shape, num_classes = sources.TFDS_DATASETS[name]
+    return shape, num_classes, augment
+
+
+# name -> (image shape, number of classes, default augmentation); the one table of dataset names
+# and image shapes (invjax.models' command and the configs read it).
 DATASETS: dict[str, tuple[tuple[int, int, int], int, str]] = {
     "scaled_digits": ((28, 28, 1), 10, "scale"),
     "rotscaled_digits": ((28, 28, 1), 10, "scale"),
     "digits": ((28, 28, 1), 10, "none"),
-    "mnist_scale": ((28, 28, 1), 10, "scale"),
-    "mnist": ((28, 28, 1), 10, "none"),
-    "cifar10": ((32, 32, 3), 10, "crop_flip"),
-    "svhn_cropped": ((32, 32, 3), 10, "none"),
-    "stl10": ((96, 96, 3), 10, "crop_flip_cutout"),
+    "mnist_scale": _tfds("mnist", "scale"),  # realisations drawn from MNIST's images
+    "mnist": _tfds("mnist", "none"),
+    "cifar10": _tfds("cifar10", "crop_flip"),
+    "svhn_cropped": _tfds("svhn_cropped", "none"),
+    "stl10": _tfds("stl10", "crop_flip_cutout"),
 }
 VAL_SPLIT_SEED = 0  # the 80:20 validation split is the same for every run
 DEFAULT_SUBSET = {"svhn_cropped": "stratified"}  # every other dataset: "balanced"

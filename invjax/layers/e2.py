@@ -27,9 +27,11 @@ import jax
 import jax.numpy as jnp
 
 from invjax.bases import e2 as e2_bases
-from invjax.groups import Group, check_chain, parse_group
+from invjax.groups import Group, as_group_fields, check_chain, dihedral
 from invjax.ops import e2 as ops
 from invjax.ops.conv import conv2d, inference_kernel
+
+D4 = dihedral(4)  # the layers' default group
 
 
 def _he(fan_in: int, nbasis: int):
@@ -70,7 +72,7 @@ class E2LiftConv(nn.Module):
     """
 
     features: int
-    group: Group | str = "D4"
+    group: Group = D4
     kernel_size: int = 3
     stride: int = 1
     dilation: int = 1
@@ -81,9 +83,13 @@ class E2LiftConv(nn.Module):
 
     basis = _steerable_basis
 
+    def __post_init__(self):
+        as_group_fields(self, "group")
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, x):
-        g = parse_group(self.group)
+        g = self.group
         _check_features(self.features, "E2LiftConv")
         _check_channels(x, 1, "E2LiftConv")
         phi = self.basis(g)
@@ -96,7 +102,7 @@ class E2LiftConv(nn.Module):
         (:func:`invjax.ops.e2.expand_lift`), the stride-2 box folded in where
         :func:`invjax.ops.conv.conv2d` folds it on ``x`` (``k' = k + 1``), else ``k' = k``."""
         w = self.get_variable("params", "weight")
-        kernel = ops.expand_lift(w, self.basis(parse_group(self.group)))
+        kernel = ops.expand_lift(w, self.basis(self.group))
         return {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
 
     def inference_call(self, arrays, x):
@@ -112,7 +118,7 @@ class E2Conv(nn.Module):
     """
 
     features: int
-    group: Group | str = "D4"
+    group: Group = D4
     kernel_size: int = 3
     stride: int = 1
     dilation: int = 1
@@ -124,9 +130,13 @@ class E2Conv(nn.Module):
 
     basis = _steerable_basis
 
+    def __post_init__(self):
+        as_group_fields(self, "group")
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, x):
-        g = parse_group(self.group)
+        g = self.group
         _check_features(self.features, "E2Conv")
         _check_channels(x, g.order, f"E2Conv({g.name})")
         ci = x.shape[-1] // g.order
@@ -143,7 +153,7 @@ class E2Conv(nn.Module):
         """``{'kernel': [k', k', Ci |G|, features * |G|]}`` (``[.., features]`` with
         ``trivial_out``): the expanded kernel (:func:`invjax.ops.e2.expand_regular` /
         ``expand_to_trivial``), box-folded as in :meth:`E2LiftConv.inference_arrays`."""
-        g = parse_group(self.group)
+        g = self.group
         w = self.get_variable("params", "weight")
         phi = self.basis(g)
         kernel = (
@@ -159,12 +169,16 @@ class E2Conv(nn.Module):
 class GroupPool(nn.Module):
     """Max (or mean) over each field's group channels: ``[..., C * |G|] -> [..., C]``."""
 
-    group: Group | str = "D4"
+    group: Group = D4
     reduce: str = "max"
+
+    def __post_init__(self):
+        as_group_fields(self, "group")
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, x):
-        g = parse_group(self.group)
+        g = self.group
         _check_channels(x, g.order, f"GroupPool({g.name})")
         return ops.group_pool(x, g.order, self.reduce)
 
@@ -176,12 +190,17 @@ class Restrict(nn.Module):
     is unchanged and the layer is exactly equivariant to the subgroup.
     """
 
-    group: Group | str
-    subgroup: Group | str
+    group: Group
+    subgroup: Group
+
+    def __post_init__(self):
+        as_group_fields(self, "group", "subgroup")
+        check_chain((self.group, self.subgroup))  # one clear error for a non-subgroup
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, x):
-        g, h = check_chain((self.group, self.subgroup))
+        g, h = self.group, self.subgroup
         _check_channels(x, g.order, f"Restrict({g.name}->{h.name})")
         return ops.restrict(x, g, h)
 
@@ -194,13 +213,17 @@ class E2BatchNorm(nn.Module):
     ``momentum`` follows Flax (running = momentum * running + (1 - momentum) * batch).
     """
 
-    group: Group | str | None = "D4"
+    group: Group | None = D4
     momentum: float = 0.9
     epsilon: float = 1e-5
 
+    def __post_init__(self):
+        as_group_fields(self, "group")
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, x, train: bool = False):
-        order = 1 if self.group is None else parse_group(self.group).order
+        order = 1 if self.group is None else self.group.order
         _check_channels(x, order, "E2BatchNorm")
         c = x.shape[-1] // order
         ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))
@@ -222,7 +245,7 @@ class E2BatchNorm(nn.Module):
         """Eval mode folded into one per-channel affine map ``y = x * a + s`` (``[C |G|]`` each):
         ``a = scale / sqrt(var + eps)``, ``s = bias - mean * a``, repeated over each field."""
         del x
-        order = 1 if self.group is None else parse_group(self.group).order
+        order = 1 if self.group is None else self.group.order
         mean = self.get_variable("batch_stats", "mean")
         var = self.get_variable("batch_stats", "var")
         mul = self.get_variable("params", "scale") * jax.lax.rsqrt(var + self.epsilon)

@@ -132,20 +132,24 @@ class E2InvariantIntegration(nn.Module):
     """
 
     features: int
-    group: G.Group | str = "D4"
+    group: G.Group = G.dihedral(4)
     kernel_size: int = 3
     interpolation: str = "bilinear"
     method: str = "fast"
     kernel_init: Callable = nn.initializers.lecun_normal()
 
+    def __post_init__(self):
+        G.as_group_fields(self, "group")
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, x, train: bool = False):
         del train
-        return _ws_ii(self, x, G.parse_group(self.group), self.interpolation)
+        return _ws_ii(self, x, self.group, self.interpolation)
 
     def inference_arrays(self, x):
         """The weight map ``[H W C_in, features]`` (:func:`_ws_inference_arrays`)."""
-        return _ws_inference_arrays(self, x, G.parse_group(self.group), self.interpolation)
+        return _ws_inference_arrays(self, x, self.group, self.interpolation)
 
     def inference_call(self, arrays, x, train: bool = False):
         """``A = flatten(x) M``: ``[B, features]``."""

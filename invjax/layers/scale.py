@@ -26,10 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from invjax.bases import scale as scale_bases
+from invjax.groups import DEFAULT_SCALES
 from invjax.ops import scale as ops
 from invjax.ops.conv import conv2d, inference_kernel
-
-DEFAULT_SCALES = (1.0, 2**0.5, 2.0)  # the WRN streams: 3 scales, ratio 2**(1/2) (DISCO)
 
 
 def _validate(layer: str, features, kernel_size, effective_size, scales, basis, stride):

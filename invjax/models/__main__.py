@@ -14,42 +14,22 @@ network, the peer's own count (:mod:`invjax.models.peers`: measured by building 
 from __future__ import annotations
 
 import argparse
+import importlib
 import pathlib
-import runpy
 import sys
 
+import configs
+from configs import models as model_configs
+from invjax.data import DATASETS
 from invjax.models import build
 from invjax.models.common import abstract_variables, count_params, format_table, layer_rows
 
-INPUT_SHAPES = {
-    "svhn": (32, 32, 3),
-    "svhn_cropped": (32, 32, 3),
-    "cifar10": (32, 32, 3),
-    "stl10": (96, 96, 3),
-    "mnist": (28, 28, 1),
-    "scaled_mnist": (28, 28, 1),
-    "scaled_digits": (28, 28, 1),
-}
-
-
-def models_file() -> pathlib.Path:
-    """``configs/models.py`` of the repository (next to the package), else of the working dir."""
-    here = pathlib.Path(__file__).resolve().parents[2] / "configs" / "models.py"
-    return here if here.exists() else pathlib.Path("configs/models.py")
-
-
-def load_models() -> dict:
-    path = models_file()
-    if not path.exists():
-        raise ValueError(f"configs/models.py not found (looked at {path})")
-    return runpy.run_path(str(path))
-
 
 def input_shape_for(name: str) -> tuple[int, int, int]:
-    for prefix, shape in sorted(INPUT_SHAPES.items(), key=lambda kv: -len(kv[0])):
-        if name.startswith(prefix):
-            return shape
-    return (32, 32, 3)
+    """``(H, W, C)`` of a dataset (:data:`invjax.data.DATASETS`) or of a model name of
+    :mod:`configs.models` (the dataset of its architecture); 32x32x3 otherwise."""
+    data = name if name in DATASETS else model_configs.dataset_of(name)
+    return tuple(DATASETS[data][0]) if data else (32, 32, 3)
 
 
 def summarise(model_config, shape, table: bool = True, title: str = "") -> tuple[int, str]:
@@ -77,46 +57,47 @@ def _parse_shape(text):
     return shape
 
 
-def configs_dir() -> pathlib.Path:
-    return models_file().parent
-
-
 def config_names() -> list[str]:
-    """Experiment configs ``configs/NAME.py`` (those with a ``get_config`` and a model)."""
+    """Experiment configs ``configs/NAME.py`` (the modules of :mod:`configs` with a model)."""
     skip = {"models", "base", "common", "__init__"}
-    return sorted(p.stem for p in configs_dir().glob("*.py") if p.stem not in skip)
+    here = pathlib.Path(configs.__file__).parent
+    return sorted(p.stem for p in here.glob("*.py") if p.stem not in skip)
 
 
-def load_config(path: str):
-    """``(model config, dataset name)`` of an experiment file ``path[:ARG]``."""
-    path, _, arg = path.partition(":")
-    if not pathlib.Path(path).exists():
-        raise ValueError(f"config file {path!r} not found")
-    get_config = runpy.run_path(path)["get_config"]
-    cfg = get_config(arg) if arg else get_config()
+def _model_and_data(cfg):
+    """``(model config, dataset name)`` of an experiment config (or of a model section)."""
     model_cfg = cfg.model if "model" in cfg else cfg
     if "num_classes" in model_cfg and model_cfg.num_classes is None:
         # None means "the dataset's" to the trainer; every dataset here has 10 classes.
         model_cfg = model_cfg.copy_and_resolve_references()
         model_cfg.num_classes = 10
-    data = cfg.get("data", {}).get("name", "") if "data" in cfg else ""
+    data = cfg.data.get("name", "") if "data" in cfg else ""
     return model_cfg, str(data)
 
 
-def resolve(name: str, registry: dict):
+def load_config(path: str):
+    """``(model config, dataset name)`` of an experiment file ``path[:ARG]`` (loaded as
+    ``python -m invjax.main --config=path[:ARG]`` loads it)."""
+    file = path.partition(":")[0]
+    if not pathlib.Path(file).is_file():
+        raise ValueError(f"config file {file!r} not found")
+    return _model_and_data(configs.from_file(path))
+
+
+def resolve(name: str):
     """A model name, a config name or a config path -> ``(model config, input-shape hint)``."""
-    if name in registry:
-        return registry[name](), name
+    if name in model_configs.MODELS:
+        return model_configs.get(name), name
     if name.endswith(".py") or "/" in name:
         model_cfg, data = load_config(name)
         return model_cfg, data or pathlib.Path(name).stem
-    path = configs_dir() / f"{name}.py"
-    if name in config_names() and path.exists():
-        model_cfg, data = load_config(str(path))
+    if name in config_names():
+        cfg = importlib.import_module(f"configs.{name}").get_config()
+        model_cfg, data = _model_and_data(cfg)
         return model_cfg, data or name
     raise ValueError(
         f"{name!r} is neither a model name nor a config name: model names are "
-        f"{sorted(registry)}; config names (configs/NAME.py) are {config_names()}"
+        f"{sorted(model_configs.MODELS)}; config names (configs/NAME.py) are {config_names()}"
     )
 
 
@@ -162,14 +143,14 @@ def _run(p, args) -> int:
         total, parts = summarise(model_cfg, s, title=f"{args.config} (input {s})")
         print(f"params={total} {parts}".rstrip())
         return 0
-    registry = load_models()["MODELS"]
+    registry = model_configs.MODELS
     names = sorted(registry) if args.all else args.names
     if not names:
         p.error(
             f"give model or config names, or --all; model names: {', '.join(sorted(registry))}; "
             f"config names: {', '.join(config_names())}"
         )
-    resolved = {n: resolve(n, registry) for n in names}  # every name checked before any compute
+    resolved = {n: resolve(n) for n in names}  # every name checked before any compute
     counts = {}
     for n, (model_cfg, hint) in resolved.items():
         s = shape or input_shape_for(hint)
@@ -182,7 +163,7 @@ def _run(p, args) -> int:
             print(f"{n}: params={counts[n]} {parts} {_peer(n, counts[n])}".rstrip() + "\n")
     if args.all:
         print("\nsingle streams (the paper keeps them at a constant count):")
-        for ds in ("svhn", "cifar10", "stl10"):
+        for ds in model_configs.DATASETS:
             row = {k: counts.get(f"{ds}_{k}") for k in ("std", "e2_ii", "scale_ii")}
             if None in row.values():
                 continue

@@ -69,10 +69,10 @@ def divide_width(channels: int, divisor: float) -> int:
     return max(1, math.ceil(channels / divisor - 1e-9))
 
 
-def e2_fields(planes: int, group: G.Group | str) -> int:
+def e2_fields(planes: int, group: G.Group) -> int:
     """e2cnn's "fixparams" width rule: ``int(planes / |G| * sqrt(|G|))`` regular fields, which keeps
     the parameter count of a layer close to that of a plain layer with ``planes`` channels."""
-    order = G.parse_group(group).order
+    order = group.order
     return max(1, int(planes / order * math.sqrt(order)))
 
 

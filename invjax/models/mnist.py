@@ -54,7 +54,6 @@ from invjax.models.common import StdConv, divide_width, upsample
 HEADS = ("maxpool", "mixed", "ii", "ii_monomials", "pool")
 FAMILIES = ("std", "scale")
 UPSAMPLING = ("nearest", "bicubic", "none")
-SCALES_4 = G.scale_set(4, 2 ** (1 / 3))
 PRUNING_SCHEDULE: dict[int, int] = {5: 12, 10: 5}
 """``{epochs completed: monomial pairs kept}`` of ``head='ii_monomials'``: 25 pairs at the start,
 12 once 5 epochs are done, 5 once 10 are done (Section 5: ``n_m = {25, 12, 5}`` after 0, 5 and
@@ -86,7 +85,7 @@ class ScaledMNISTNet(nn.Module):
     widths: tuple[int, int, int] = (32, 63, 95)
     kernel_size: int = 15
     effective_size: int = 7
-    scales: tuple[float, ...] = SCALES_4
+    scales: tuple[float, ...] = G.MNIST_SCALES
     spatial_pool: str = "max"
     hidden: int = 256
     dropout: float = 0.7

@@ -25,8 +25,6 @@ for all streams when ``config.width_divisor`` is given).
 
 from __future__ import annotations
 
-import math
-
 import flax.linen as nn
 import jax
 
@@ -78,11 +76,6 @@ class MultiStreamNetwork(nn.Module):
 
     def features(self, x, train: bool = False):
         return self(x, train, features_only=True)
-
-
-def stream_divisor(n_streams: int) -> float:
-    """Width divisor of the constant-parameter variants: ``sqrt(2)`` (dual), ``sqrt(3)`` (triple)."""
-    return math.sqrt(n_streams)
 
 
 @register("multistream")

@@ -98,16 +98,16 @@ def _scale_layers():
     return scale_layers
 
 
-def e2_kernel_size(group: G.Group | str) -> int:
+def e2_kernel_size(group: G.Group) -> int:
     """e2cnn's block kernel: 3x3 where the rotation order is 1, 2 or 4, else 5x5."""
-    return 3 if G.parse_group(group).n_rotations in (1, 2, 4) else 5
+    return 3 if group.n_rotations in (1, 2, 4) else 5
 
 
 def check_config(
     family: str,
     depth: int,
     widen_factor: int,
-    groups: Sequence[str],
+    groups: Sequence[G.Group | str],
     head: str,
     first_stride: int,
     dropout: float,
@@ -139,7 +139,7 @@ def check_config(
 def wrn_widths(
     family: str,
     widen_factor: int,
-    groups: Sequence[str] = (),
+    groups: Sequence[G.Group] = (),
     stem_width: int = 16,
     width_divisor: float = 1.0,
     e2_out_width: str = "baseline",
@@ -159,7 +159,7 @@ def wrn_widths(
         stem, stages = stem_width, planes
     out = planes[2]
     if family == "e2" and e2_out_width == "e2cnn":
-        out = int(planes[2] * math.sqrt(G.parse_group(groups[-1]).order))
+        out = int(planes[2] * math.sqrt(groups[-1].order))
     d = width_divisor
     return {
         "stem": divide_width(stem, d),
@@ -210,7 +210,7 @@ class ConvSpec:
     """Static settings of a convolution family (hashable: a field of the Linen modules)."""
 
     family: str = "std"
-    scales: tuple[float, ...] = (1.0, math.sqrt(2.0), 2.0)
+    scales: tuple[float, ...] = G.DEFAULT_SCALES
     scale_kernel_size: int = 5
     scale_effective_size: int = 3
     scale_basis: str = "disco"
@@ -221,7 +221,7 @@ class ConvSpec:
     def width(self, x, group) -> int:
         """Channels (std, scale) or fields (e2) of a feature map."""
         if self.family == "e2":
-            return x.shape[-1] // G.parse_group(group).order
+            return x.shape[-1] // group.order
         return x.shape[-1]
 
     def bn(self, group, name):
@@ -318,13 +318,13 @@ class WRNBlock(nn.Module):
 
     spec: ConvSpec
     features: int
-    group: str | None = None
+    group: G.Group | None = None
     inner_features: int | None = None
     stride: int = 1
     dropout: float = 0.0
     trivial_out: bool = False
     relift: bool = False
-    in_group: str | None = None
+    in_group: G.Group | None = None
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -369,11 +369,11 @@ class WideResNet(nn.Module):
     stem_width: int = 16
     ii_kernel_size: int = 3
     # E(2)
-    groups: tuple[str, ...] = ("D8", "D8", "D8")
-    ii_group: str | None = None
+    groups: tuple[G.Group, ...] = (G.dihedral(8),) * 3
+    ii_group: G.Group | None = None
     ii_interpolation: str = "bilinear"
     # scale
-    scales: tuple[float, ...] = (1.0, math.sqrt(2.0), 2.0)
+    scales: tuple[float, ...] = G.DEFAULT_SCALES
     scale_kernel_size: int = 5
     scale_effective_size: int = 3
     scale_basis: str = "disco"
@@ -387,6 +387,8 @@ class WideResNet(nn.Module):
     e2_out_width: str = "baseline"
 
     def __post_init__(self):
+        # Group names ('D8', from a config) become Group objects once, here; the layers take them.
+        G.as_group_fields(self, "groups", "ii_group")
         check_config(
             self.family,
             self.depth,
@@ -497,8 +499,8 @@ class WideResNet(nn.Module):
         if self.family == "std":
             return iil.TranslationInvariantIntegration(c, k, name="ii")(x, train)
         if self.family == "e2":
-            group = G.parse_group(self.ii_group or self.groups[-1])
-            return iil.E2InvariantIntegration(c, group.name, k, self.ii_interpolation, name="ii")(
+            group = self.ii_group or self.groups[-1]
+            return iil.E2InvariantIntegration(c, group, k, self.ii_interpolation, name="ii")(
                 x, train
             )
         y = iil.ScaleInvariantIntegration(c, k, name="ii")(x, train)
@@ -519,7 +521,11 @@ def _tuple(v):
 
 
 def from_config(config) -> WideResNet:
-    """``config.model`` (name ``'wrn'``) -> :class:`WideResNet`; missing keys take the defaults."""
+    """``config.model`` (name ``'wrn'``) -> :class:`WideResNet`; missing keys take the defaults.
+
+    The config's group names (``groups``, ``ii_group``: ``'D8'`` ...) become :class:`Group`
+    objects once, when the network is constructed; every layer below takes those objects.
+    """
     get = config.get
     kwargs = {}
     for field in (
@@ -565,9 +571,9 @@ def invariant_elements(model: WideResNet) -> list[int]:
     d4 = G.dihedral(4)
     if model.family != "e2":
         return [0]
-    grps = [G.parse_group(model.groups[-1])]
+    grps = [model.groups[-1]]
     if model.head == "ii" and model.ii_group:
-        grps.append(G.parse_group(model.ii_group))
+        grps.append(model.ii_group)
 
     def contains(grp, f, r):
         return (f == 0 or grp.flips) and (r * grp.n_rotations) % 4 == 0

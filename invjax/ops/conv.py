@@ -118,8 +118,3 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1, downsample:
         preferred_element_type=None if dtype == x.dtype else out_dtype,
     )
     return max_pool2(y) if pool else y
-
-
-def output_size(size: int, stride: int) -> int:
-    """Spatial size after :func:`conv2d` with ``stride``."""
-    return size if stride == 1 else (size + 1) // 2

@@ -69,6 +69,15 @@ def _check_features(x, what: str = "x"):
         )
 
 
+def _check_group(group) -> None:
+    # The ops compute with Group objects (names are parsed once, where a layer is built).
+    if group is not None and not isinstance(group, G.Group):
+        raise ValueError(
+            f"group={group!r} is invalid: give an invjax.groups.Group (e.g. "
+            "invjax.groups.parse_group('D4')) or None for translation-II"
+        )
+
+
 def _check_kernel(kernel, x=None):
     if kernel.ndim != 4 or kernel.shape[0] != kernel.shape[1] or kernel.shape[0] % 2 != 1:
         raise ValueError(
@@ -94,15 +103,15 @@ def clamp(x, epsilon: float = DEFAULT_EPSILON):
 # --------------------------------------------------------------------------- group kernels
 
 
-def transformed_kernels(kernel, group: G.Group | str | None, interpolation: str = "bilinear"):
+def transformed_kernels(kernel, group: G.Group | None, interpolation: str = "bilinear"):
     """``[|G|, k, k, I, O]``: ``L_g psi`` for every ``g`` (index order of :class:`Group`).
 
     Uses :func:`invjax.groups.transform` on the two spatial axes. ``group=None`` means the trivial
     group (translation-II).
     """
+    _check_group(group)
     if group is None:
         return kernel[None]
-    group = G.parse_group(group)
     return jnp.stack(
         [G.transform(kernel, group, g, interpolation, axes=(0, 1)) for g in range(group.order)]
     )
@@ -129,11 +138,11 @@ def group_average_operator(group: G.Group | None, kernel_size: int, interpolatio
     return np.mean(stack, axis=0).reshape(k * k, k * k).astype(np.float32)
 
 
-def symmetrized_kernel(kernel, group: G.Group | str | None, interpolation: str = "bilinear"):
+def symmetrized_kernel(kernel, group: G.Group | None, interpolation: str = "bilinear"):
     """``Kbar = 1/|G| sum_g L_g psi``, ``[k, k, I, O]``, via :func:`group_average_operator`."""
     _check_kernel(kernel)
+    _check_group(group)
     k = kernel.shape[0]
-    group = None if group is None else G.parse_group(group)
     if group is None or group.order == 1:
         return kernel
     op = jnp.asarray(group_average_operator(group, k, interpolation), kernel.dtype)
@@ -180,7 +189,7 @@ def ws_integrate_reference(x, kernel, group=None, interpolation: str = "bilinear
     Args:
       x: ``[B, H, W, C_in]``.
       kernel: ``psi``, ``[k, k, C_in, C_out]``.
-      group: :class:`invjax.groups.Group` (or ``"D4"`` ...), ``None`` for translation-II.
+      group: :class:`invjax.groups.Group`, ``None`` for translation-II.
     Returns:
       ``[B, C_out]``.
     """
