@@ -72,7 +72,11 @@ _MONO = {
     # Table 6's BatchNorm decay 5e-4 (momentum 0.9995) leaves the running statistics 90% at their
     # initial values after 200 steps: measured 89.97% test error (chance) at N_t = 100 with it.
     "model.bn_momentum": 0.99,
+    # The cause of the chance-level runs was eq. 6's ratio itself (configs/mnist_ii_disco_monomials
+    # now sets model.monomial_output='log'); model.prune_epochs is set per run by prune_epochs().
 }
+MONO_STEM = "mnist_ii_disco_monomials"
+PAPER_EPOCHS, PAPER_PRUNE_EPOCHS = 60, (5, 10)
 # family -> (config stem, overrides); None = the RBF-SVM (no network).
 FAMILIES: dict[str, tuple[str, dict] | None] = {
     "cnn": ("digits_cnn", {}),
@@ -127,6 +131,17 @@ def schedule(n_train: int, steps: int, batch_size: int) -> dict:
     }
 
 
+def prune_epochs(num_epochs: int) -> tuple[int, int]:
+    """The monomial pruning rule: after the same fractions of training as the paper's 5 and 10 of
+    60 epochs, ``round(E * 5 / 60)`` and ``round(E * 10 / 60)`` (at least 1 and 2).
+
+    The fixed epochs 5 and 10 would prune 25 -> 5 monomials after 10 and 20 of the 200 steps at
+    N_t = 100 (2 batches per epoch), ranking pairs by a network that has learnt nothing yet.
+    """
+    first = max(1, round(num_epochs * PAPER_PRUNE_EPOCHS[0] / PAPER_EPOCHS))
+    return first, max(first + 1, round(num_epochs * PAPER_PRUNE_EPOCHS[1] / PAPER_EPOCHS))
+
+
 def label(n_train: int) -> str:
     return f"n{n_train}" if n_train else "nall"
 
@@ -169,6 +184,8 @@ def plan(
                         train = schedule(n, max(1, steps // 4), batch_size)
                     elif stem in WRN_STEMS:
                         ov["model.width_divisor"] = width_divisor
+                    elif stem == MONO_STEM:
+                        ov["model.prune_epochs"] = prune_epochs(train["num_epochs"])
                     ov.update({f"train.{k}": v for k, v in train.items()})
                     multi = stem in STREAMS
                     point.append(

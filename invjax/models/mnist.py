@@ -92,6 +92,9 @@ class ScaledMNISTNet(nn.Module):
     n_pairs: int = 25
     monomial_seed: int = 0
     monomial_placement: str = "neighbourhood"  # or "pointwise" (exactly scale-invariant, eq. 6)
+    monomial_output: str = "ratio"  # or "log": log A, what fc1 can learn from (ops.ii docstring)
+    # epochs after which the monomials are pruned to 12 and to 5 pairs (paper: 5 and 10 of 60)
+    prune_epochs: tuple[int, int] = (5, 10)
     width_divisor: float = 1.0
     use_bias: bool = True
 
@@ -113,6 +116,14 @@ class ScaledMNISTNet(nn.Module):
             raise ValueError(f"mnist spatial_pool={self.spatial_pool!r}: choose 'max' or 'avg'")
         if len(self.widths) != 3:
             raise ValueError(f"mnist widths={self.widths!r}: give three channel counts")
+        if self.head == "ii_monomials":
+            iil.ops.check_monomial_output(self.monomial_output)
+            e = tuple(self.prune_epochs)
+            if len(e) != 2 or not all(isinstance(v, int) for v in e) or not 1 <= e[0] < e[1]:
+                raise ValueError(
+                    f"mnist prune_epochs={self.prune_epochs!r} is invalid: give two epochs "
+                    "1 <= first < second (pruning to 12, then to 5 monomial pairs)"
+                )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"mnist dropout={self.dropout!r} is invalid: it must be in [0, 1)")
         divide_width(1, self.width_divisor)
@@ -167,14 +178,17 @@ class ScaledMNISTNet(nn.Module):
         return nn.Dense(self.num_classes, name="classifier")(y)
 
     def epoch_end_hooks(self):
-        """The trainer's epoch-end hooks: Scale-II monomial pruning (25 -> 12 -> 5 pairs).
+        """The trainer's epoch-end hooks: Scale-II monomial pruning (25 -> 12 -> 5 pairs after
+        the epochs ``prune_epochs``).
 
         The relevance of a pair weighs its spread by the norm of its row in ``fc1``, the dense
         layer that reads the monomial features (:func:`invjax.layers.ii.monomial_relevance`).
         """
         if self.head != "ii_monomials":
             return []
-        return [iil.make_pruning_hook(lambda v: {("ii",): v["params"]["fc1"]["kernel"]})]
+        keep = tuple(iil.MONOMIAL_PRUNING_SCHEDULE.values())  # 12, 5
+        schedule = dict(zip(self.prune_epochs, keep))
+        return [iil.make_pruning_hook(lambda v: {("ii",): v["params"]["fc1"]["kernel"]}, schedule)]
 
     def _project(self, x):
         if self.family == "scale":
@@ -205,6 +219,7 @@ class ScaledMNISTNet(nn.Module):
             kernel_size=self.ii_kernel_size,
             seed=self.monomial_seed,
             placement=self.monomial_placement,
+            output=self.monomial_output,
             name="ii",
         )(y, train)
 
@@ -229,6 +244,8 @@ _FIELDS = (
     "n_pairs",
     "monomial_seed",
     "monomial_placement",
+    "monomial_output",
+    "prune_epochs",
     "width_divisor",
     "use_bias",
 )
