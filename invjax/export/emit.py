@@ -368,7 +368,8 @@ def mnist_features(e: Emitter, m, v, x: str, prefix: str = "") -> Features:
         active = np.array([0])
     cols = np.stack([2 * active, 2 * active + 1], axis=-1).reshape(-1)
     ek = pairs.exponent_kernel(c)[..., cols]
-    y = g.emit("monomial_ii", [x], prefix + "ii", {"exponents": ek}, epsilon=layer.epsilon)
+    log = {"log": True} if m.monomial_output == "log" else {}  # the model reads log A
+    y = g.emit("monomial_ii", [x], prefix + "ii", {"exponents": ek}, epsilon=layer.epsilon, **log)
     return Features(y, m.n_pairs, rows=active, row_scale=mask[active])
 
 

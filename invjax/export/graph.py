@@ -22,7 +22,8 @@ Op kinds (:data:`OPS`)
   ``scale_ii``    Scale-II WS (eq. 7) collapsed with everything linear after it:
                   ``(flat(x) @ kernel) / mean(flat(x)) + bias``; the division is not linear.
   ``monomial_ii`` Scale-II monomials (eq. 6) in log space with a dense ``exponents`` kernel
-                  ``[k, k, C, 2P]`` of the active pairs: ``exp(LSE log m_1 - LSE log m_2)``.
+                  ``[k, k, C, 2P]`` of the active pairs: ``exp(LSE log m_1 - LSE log m_2)``
+                  (without the ``exp`` where attribute ``log`` is true).
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def _scale_ii(xs, p):
     return y + p["bias"] if "bias" in p else y
 
 
-def _monomial_ii(xs, p, epsilon):
+def _monomial_ii(xs, p, epsilon, log=False):
     x = xs[0]
     e = p["exponents"].astype(x.dtype)
     pad = (e.shape[0] - 1) // 2
@@ -173,7 +174,7 @@ def _monomial_ii(xs, p, epsilon):
     logx = jnp.pad(logx, ((0, 0), (pad, pad), (pad, pad), (0, 0)), constant_values=np.log(epsilon))
     logm = lax.conv_general_dilated(logx, e, (1, 1), "VALID", dimension_numbers=DIMENSION_NUMBERS)
     lse = jax.nn.logsumexp(logm, axis=(1, 2)).reshape(x.shape[0], -1, 2)
-    return jnp.exp(lse[..., 0] - lse[..., 1])
+    return lse[..., 0] - lse[..., 1] if log else jnp.exp(lse[..., 0] - lse[..., 1])
 
 
 OPS = {
