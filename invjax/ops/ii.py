@@ -441,13 +441,15 @@ MONOMIAL_OUTPUTS = ("ratio", "log")
 """What a monomial II layer outputs: eq. (6)'s ratio ``A``, or ``log A``.
 
 ``log A`` is as invariant as ``A`` (a function of an invariant is invariant) and is what a
-network should read: the ratios of order-``n`` monomials of clamped ReLU outputs spread over
-many decades across images (measured on the scaled digits at initialisation: up to 8 decades,
-3.5e-6 to 715, for one pair of the study's network), so a dense layer followed by BatchNorm sees
-a batch dominated by its largest sample, the other images map to nearly one value and the network
-predicts one class (test error at chance, 89.97%, at N_t = 100; 65.2% with ``log A``; the
-commands are in ``launch/study.py`` at ``_MONO``). The log is linear in the log-features
-``log x`` that the monomials are built from, so its spread is that of the inputs' logs.
+network should read. The ratios of order-``n`` monomials of clamped ReLU outputs spread over many
+decades across images: the study's Scaled-MNIST network (``launch/study.py``, ``_MONO``) on 64
+scaled digits at initialisation, inference mode, spans a median 8.1 decades per pair (largest
+value 3e25), and every unit of the dense layer reading them is dominated by one image (its
+largest standardised value over the batch is the median 7.9 = sqrt(63), one outlier in 64).
+Trained on ratios (Adam, 200 steps, N_t = 100) the network learns to ignore them: the test
+logits' spread over images falls from 1.5e5 (step 40) to 1e-3 (step 160), one class is predicted.
+Measured with the study itself (scaled digits, N_t = 100, seed 0, DISCO / Hermite basis): 89.42% /
+89.97% test error with ``A`` (chance), 78.83% / 81.06% with ``log A``.
 """
 
 
