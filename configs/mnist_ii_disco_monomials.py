@@ -24,9 +24,9 @@ def get_config():
     config.train.batch_size = 128
     config.train.learning_rate = 1e-3
     config.train.weight_decay = 5e-6
-    # log A instead of eq. 6's ratio A (equally invariant): the ratios spread over up to 8
-    # decades across images, and fc1 -> BatchNorm then sees one image per batch; with A the
-    # network stayed at chance (one class) in every run of launch/study.py (ops.ii docstring).
+    # log A instead of eq. 6's ratio A (equally invariant): the ratios spread over ~8 decades
+    # across images and each fc1 unit is dominated by one image of the batch; with A the network
+    # stayed at chance (one class) in every run of launch/study.py (ops.ii.MONOMIAL_OUTPUTS).
     config.model.monomial_output = "log"
     config.model.prune_epochs = (5, 10)  # n_m = 25, 12, 5 after 0, 5, 10 of the 60 epochs
     return config
