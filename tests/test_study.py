@@ -103,7 +103,7 @@ def test_tiny_study_end_to_end(tmp_path):
 @pytest.mark.parametrize(
     "epochs, want", [(200, (17, 33)), (100, (8, 17)), (12, (1, 2)), (2, (1, 2))]
 )
-def test_monomial_pruning_at_the_papers_fractions_of_training(epochs, want):
+def test_monomial_pruning_at_the_papers_fractions_of_training(epochs, want, tmp_path):
     # the paper prunes after 5 and 10 of 60 epochs
     assert study["prune_epochs"](epochs) == want
     assert study["prune_epochs"](60) == (5, 10)
