@@ -108,7 +108,7 @@ def test_monomial_pruning_at_the_papers_fractions_of_training(epochs, want, tmp_
     assert study["prune_epochs"](epochs) == want
     assert study["prune_epochs"](60) == (5, 10)
     runs, _ = study["plan"](
-        "/tmp/x", ["scaled_digits"], ["scale_iimono_hermite"], [20, 0], [0], 200
+        str(tmp_path), ["scaled_digits"], ["scale_iimono_hermite"], [20, 0], [0], 200
     )
     for r in runs:
         e = r.overrides["train.num_epochs"]
