@@ -228,6 +228,7 @@ MNIST_CASES = {
     "disco_mixed": dict(basis="disco", head="mixed", spatial_pool="avg"),
     "ii_disco_ws": dict(head="ii"),
     "scale_pool": dict(head="pool", upsample="none"),
+    "ii_disco_monomials_log": dict(head="ii_monomials", monomial_output="log", upsample="none"),
 }
 
 

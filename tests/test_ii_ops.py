@@ -283,3 +283,23 @@ def test_pointwise_monomials_need_two_channels():
         ii.draw_monomial_pairs(4, 1, placement="pointwise")
     with pytest.raises(ValueError, match="placement='offsets' is unknown"):
         ii.draw_monomial_pairs(4, 3, placement="offsets")
+
+
+def test_monomial_log_output_is_the_log_of_eq6(digit_batch):
+    """``output='log'`` of the layer is ``log A`` of eq. (6), fast and reference; masks still 0."""
+    from invjax.layers import ii as L
+
+    x = jnp.asarray(digit_batch)
+    key = jax.random.PRNGKey(0)
+    ratio = L.ScaleMonomialInvariantIntegration(n_pairs=8)
+    v = ratio.init(key, x)
+    a = np.asarray(ratio.apply(v, x), np.float64)
+    for method in ("fast", "reference"):
+        layer = L.ScaleMonomialInvariantIntegration(n_pairs=8, output="log", method=method)
+        got = np.asarray(layer.apply(v, x), np.float64)
+        np.testing.assert_allclose(got, np.log(a), rtol=1e-4, atol=1e-4)
+    mask = {"ii_mask": {"mask": jnp.asarray([1.0, 0.0] * 4)}}
+    pruned = L.ScaleMonomialInvariantIntegration(n_pairs=8, output="log").apply(mask, x)
+    assert np.all(np.asarray(pruned)[:, 1::2] == 0) and np.all(np.asarray(pruned)[:, ::2] != 0)
+    with pytest.raises(ValueError, match=r"output='exp' is unknown: choose one of \('ratio'"):
+        L.ScaleMonomialInvariantIntegration(output="exp").init(key, x)

@@ -265,6 +265,10 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     reading of eq. (6) after Rath et al.) or ``'pointwise'`` (all factors at one position,
     channels only: the exactly scale-invariant variant; needs ``C_in >= 2``).
 
+    ``output``: ``'ratio'`` (eq. 6's ``A``, default) or ``'log'`` (``log A``, the same
+    invariance; what a following dense layer can learn from, see
+    :data:`invjax.ops.ii.MONOMIAL_OUTPUTS`). Pruned pairs output 0 either way.
+
     Shapes: ``[B, H, W, C_in] -> [B, n_pairs]``.
     """
 
@@ -276,6 +280,7 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     seed: int = 0
     method: str = "fast"
     placement: str = "neighbourhood"
+    output: str = "ratio"
 
     def pairs(self, n_channels: int) -> ops.MonomialPairs:
         return ops.draw_monomial_pairs(
@@ -296,15 +301,19 @@ class ScaleMonomialInvariantIntegration(nn.Module):
         _check_kernel_size(self.kernel_size, owner)
         _check_method(self.method, owner, ("fast", "reference"))
         ops.check_epsilon(self.epsilon)
+        ops.check_monomial_output(self.output)
         _check_input(x, owner)
         pairs = self.pairs(int(x.shape[-1]))
         mask = self.variable(
             MASK_COLLECTION, "mask", lambda: jnp.ones((self.n_pairs,), jnp.float32)
         )
-        if self.method == "fast":
+        if self.method == "fast" and self.output == "log":
+            y = ops.scale_monomial_log_integrate(x, pairs, self.epsilon)
+        elif self.method == "fast":
             y = ops.scale_monomial_integrate(x, pairs, self.epsilon)
         else:
             y = ops.scale_monomial_reference(x, pairs, self.epsilon)
+            y = jnp.log(y) if self.output == "log" else y
         y = y * mask.value.astype(y.dtype)
         self.sow("intermediates", FEATURES_NAME, y)
         return y
@@ -323,12 +332,14 @@ class ScaleMonomialInvariantIntegration(nn.Module):
         }
 
     def inference_call(self, arrays, x, train: bool = False):
-        """The active ratios (:func:`invjax.ops.ii.monomial_log_ratios`, then ``exp``) scattered
-        into ``[B, n_pairs]``; pruned pairs stay 0 as in the training form."""
+        """The active pairs' ``log A`` (:func:`invjax.ops.ii.monomial_log_ratios`; ``exp`` of it
+        for ``output='ratio'``) scattered into ``[B, n_pairs]``; pruned pairs stay 0 as in the
+        training form."""
         y = jnp.zeros((x.shape[0], self.n_pairs), x.dtype)
         if arrays["index"].shape[0] == 0:  # every pair pruned
             return y
-        a = jnp.exp(ops.monomial_log_ratios(x, arrays["exponents"], self.epsilon))
+        a = ops.monomial_log_ratios(x, arrays["exponents"], self.epsilon)
+        a = a if self.output == "log" else jnp.exp(a)
         return y.at[:, arrays["index"]].set(a * arrays["weight"])
 
 

@@ -54,10 +54,13 @@ from invjax.models.common import StdConv, divide_width, upsample
 HEADS = ("maxpool", "mixed", "ii", "ii_monomials", "pool")
 FAMILIES = ("std", "scale")
 UPSAMPLING = ("nearest", "bicubic", "none")
-PRUNING_SCHEDULE: dict[int, int] = {5: 12, 10: 5}
-"""``{epochs completed: monomial pairs kept}`` of ``head='ii_monomials'``: 25 pairs at the start,
-12 once 5 epochs are done, 5 once 10 are done (Section 5: ``n_m = {25, 12, 5}`` after 0, 5 and
-10 epochs)."""
+PRUNING_KEEP = (12, 5)
+"""Monomial pairs kept by the two prunings of ``head='ii_monomials'`` (25 at the start)."""
+PRUNE_EPOCHS = (5, 10)
+"""Epochs after which the paper prunes (Section 5: ``n_m = {25, 12, 5}`` after 0, 5 and 10 of
+its 60 epochs); a model's ``prune_epochs`` may move them (the study scales them with its length)."""
+PRUNING_SCHEDULE: dict[int, int] = dict(zip(PRUNE_EPOCHS, PRUNING_KEEP))
+"""The paper's ``{epochs completed: monomial pairs kept}``."""
 
 
 def _spatial_pool(x, kind: str, window: int = 2):
@@ -95,6 +98,9 @@ class ScaledMNISTNet(nn.Module):
     n_pairs: int = 25
     monomial_seed: int = 0
     monomial_placement: str = "neighbourhood"  # or "pointwise" (exactly scale-invariant, eq. 6)
+    monomial_output: str = "ratio"  # or "log": log A, what fc1 can learn from (ops.ii docstring)
+    # epochs after which the monomials are pruned to PRUNING_KEEP pairs (paper: PRUNE_EPOCHS)
+    prune_epochs: tuple[int, int] = PRUNE_EPOCHS
     width_divisor: float = 1.0
     use_bias: bool = True
 
@@ -116,6 +122,14 @@ class ScaledMNISTNet(nn.Module):
             raise ValueError(f"mnist spatial_pool={self.spatial_pool!r}: choose 'max' or 'avg'")
         if len(self.widths) != 3:
             raise ValueError(f"mnist widths={self.widths!r}: give three channel counts")
+        if self.head == "ii_monomials":
+            iil.ops.check_monomial_output(self.monomial_output)
+            e = tuple(self.prune_epochs)
+            if len(e) != 2 or not all(isinstance(v, int) for v in e) or not 1 <= e[0] < e[1]:
+                raise ValueError(
+                    f"mnist prune_epochs={self.prune_epochs!r} is invalid: give two epochs "
+                    "1 <= first < second (pruning to 12, then to 5 monomial pairs)"
+                )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"mnist dropout={self.dropout!r} is invalid: it must be in [0, 1)")
         divide_width(1, self.width_divisor)
@@ -171,18 +185,19 @@ class ScaledMNISTNet(nn.Module):
 
     def on_epoch_end(self, variables, epochs_done: int, images):
         """The trainer's epoch-end call (:mod:`invjax.training.loop`): with the monomial head,
-        prune the Scale-II pairs 25 -> 12 -> 5 after the epochs of :data:`PRUNING_SCHEDULE`.
+        prune the Scale-II pairs 25 -> 12 -> 5 after the epochs ``prune_epochs``.
 
         The relevance of a pair weighs its spread on ``images`` (a fixed normalised training
         batch ``[B, H, W, C]``) by the norm of its row in ``fc1``, the dense layer that reads the
         monomial features (:func:`invjax.layers.ii.measured_relevance`). Returns ``variables``
         itself where nothing is pruned, else new variables with a pruned ``ii_mask``.
         """
-        if self.head != "ii_monomials" or epochs_done not in PRUNING_SCHEDULE:
+        schedule = dict(zip(self.prune_epochs, PRUNING_KEEP))
+        if self.head != "ii_monomials" or epochs_done not in schedule:
             return variables
         fc1 = {("ii",): variables["params"]["fc1"]["kernel"]}
         relevance = iil.measured_relevance(self.apply, variables, images, fc1)
-        return iil.prune_monomials(variables, relevance, PRUNING_SCHEDULE[epochs_done])
+        return iil.prune_monomials(variables, relevance, schedule[epochs_done])
 
     def _project(self, x):
         if self.family == "scale":
@@ -213,6 +228,7 @@ class ScaledMNISTNet(nn.Module):
             kernel_size=self.ii_kernel_size,
             seed=self.monomial_seed,
             placement=self.monomial_placement,
+            output=self.monomial_output,
             name="ii",
         )(y, train)
 
@@ -237,6 +253,8 @@ _FIELDS = (
     "n_pairs",
     "monomial_seed",
     "monomial_placement",
+    "monomial_output",
+    "prune_epochs",
     "width_divisor",
     "use_bias",
 )
