@@ -121,13 +121,13 @@ def get_config():
     return tiny_two_phase()
 
 
-def run(env, workdir, *overrides):
-    """``python -m invjax.main`` with this file's config: ``(results, phase messages, stdout)``."""
+def run(env, workdir, *overrides, entry=("-m", "invjax.main")):
+    """``python -m invjax.main`` (or another ``entry`` that runs its ``main``) with this file's
+    config: ``(results, phase messages, stdout)``."""
     proc = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "invjax.main",
+            *entry,
             f"--config={pathlib.Path(__file__).resolve()}",
             f"--workdir={workdir}",
             *overrides,
@@ -282,21 +282,7 @@ def test_each_stage_is_prepared_once_and_the_dataset_loaded_once(finished, env, 
     ref_dir, _, results, _ = finished
     workdir = tmp_path / "w"
     counts_file = tmp_path / "counts.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            COUNTING_MAIN,
-            f"--config={pathlib.Path(__file__).resolve()}",
-            f"--workdir={workdir}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**env, "COUNTS_FILE": str(counts_file)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run({**env, "COUNTS_FILE": str(counts_file)}, workdir, entry=("-c", COUNTING_MAIN))
     calls = json.loads(counts_file.read_text())
     assert calls["prepare"] == [os.path.join("streams", "e2"), os.path.join("streams", "std"), "."]
     assert calls["load"] == 1 and calls["limited_subset"] == 1

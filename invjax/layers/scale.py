@@ -69,6 +69,18 @@ def he_coefficient_init(basis: np.ndarray, fan_in_channels: int):
     return init
 
 
+def _expanded_arrays(layer: nn.Module, x, expand) -> dict:
+    """The inference arrays of a scale convolution ``layer``: its filters at every scale expanded
+    once by ``expand`` (coefficients x basis), box-folded for ``x``'s grid, and its bias."""
+    sc = scale_bases.check_arguments(layer.kernel_size, layer.effective_size, layer.scales)[2]
+    psi = _basis(layer.basis, layer.kernel_size, layer.effective_size, sc, layer.base_sigma)
+    kernel = expand(layer.get_variable("params", "weight"), jnp.asarray(psi))
+    out = {"kernel": inference_kernel(kernel, x.shape, layer.stride)}
+    if layer.use_bias:
+        out["bias"] = layer.get_variable("params", "bias")
+    return out
+
+
 class ScaleLiftConv(nn.Module):
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, features]`` (SESN Z2 -> H).
 
@@ -109,13 +121,7 @@ class ScaleLiftConv(nn.Module):
         """``{'kernel': [k', k', Cin, S * features]}`` (and ``'bias' [features]``): the filters of
         all scales expanded once (:func:`invjax.ops.scale.expand_lift_kernel`), the stride-2 box
         folded in where :func:`invjax.ops.conv.conv2d` folds it on ``x`` (``k' = k + 1``)."""
-        sc = scale_bases.check_arguments(self.kernel_size, self.effective_size, self.scales)[2]
-        psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
-        kernel = ops.expand_lift_kernel(self.get_variable("params", "weight"), jnp.asarray(psi))
-        out = {"kernel": inference_kernel(kernel, x.shape, self.stride)}
-        if self.use_bias:
-            out["bias"] = self.get_variable("params", "bias")
-        return out
+        return _expanded_arrays(self, x, ops.expand_lift_kernel)
 
     def inference_call(self, arrays, x):
         """The layer from :meth:`inference_arrays`: one convolution, ``[B, H', W', S, features]``."""
@@ -185,13 +191,7 @@ class ScaleConv(nn.Module):
         """``{'kernel': [k', k', D * Cin, S * features]}`` (and ``'bias'``): the filters of all
         scales expanded once (:func:`invjax.ops.scale.expand_scale_kernel`), box-folded as in
         :meth:`ScaleLiftConv.inference_arrays`."""
-        sc = scale_bases.check_arguments(self.kernel_size, self.effective_size, self.scales)[2]
-        psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
-        kernel = ops.expand_scale_kernel(self.get_variable("params", "weight"), jnp.asarray(psi))
-        out = {"kernel": inference_kernel(kernel, x.shape, self.stride)}
-        if self.use_bias:
-            out["bias"] = self.get_variable("params", "bias")
-        return out
+        return _expanded_arrays(self, x, ops.expand_scale_kernel)
 
     def inference_call(self, arrays, x):
         """The layer from :meth:`inference_arrays` (:func:`invjax.ops.scale.apply_scale_kernel`,
