@@ -50,19 +50,20 @@ from invjax.groups import Group, plane_coordinates
 E2CNN_EXPERIMENTS = {"frequency_cutoff": 1.0, "sigma": 0.45}
 
 
-def default_max_frequency(ring: int, outer: int) -> int:
-    """e2cnn's default ("manual") band limit for ring ``ring`` of a kernel whose outer ring is ``outer``."""
+def default_max_frequency(ring: float, outer: int) -> int:
+    """e2cnn's default ("manual") band limit for ring ``ring`` (radius in kernel taps) of a kernel
+    whose outer ring is ``outer``."""
     if ring == 0:
         return 0
-    if ring == outer:
-        return min(2 * ring, 2)
-    return min(2 * ring, 2 * ring - (ring + 1) % 2)
+    return int(min(2 * ring, 2 if ring == outer else 2 * ring - (ring + 1) % 2))
 
 
-def default_sigma(ring: int, outer: int) -> float:
-    if ring == 0:
+def default_sigma(radius: float, last: bool) -> float:
+    """e2cnn's default ring width (in kernel taps): 0.6, 0.4 on the last ring, 0.005 at the
+    centre."""
+    if radius == 0.0:
         return 0.005
-    return 0.4 if ring == outer else 0.6
+    return 0.4 if last else 0.6
 
 
 def check_kernel_size(kernel_size: int) -> None:
@@ -115,17 +116,11 @@ def _basis_spec(kernel_size, dilation, frequency_cutoff, sigma, rings):
     for i, radius in enumerate(radii):
         r = radius / dilation  # in kernel taps, as e2cnn's manual rule reads it
         if sigma is None:
-            # e2cnn: 0.6 per ring, 0.4 on the last, 0.005 where the radius is 0.
-            ring_sigma = (0.4 if i == len(radii) - 1 else 0.6) * dilation
-            if radius == 0.0:
-                ring_sigma = 0.005 * dilation
+            ring_sigma = default_sigma(radius, last=i == len(radii) - 1) * dilation
         else:
             ring_sigma = float(sigma[i] if isinstance(sigma, tuple) else sigma)
         if frequency_cutoff is None:
-            if r == 0.0:
-                max_m = 0
-            else:
-                max_m = int(min(2 * r, 2 if r == outer else 2 * r - (r + 1) % 2))
+            max_m = default_max_frequency(r, outer)
         else:
             # e2cnn keeps |m| <= fco * radius with fco = F pi (radius in grid pixels).
             max_m = int(math.floor(frequency_cutoff * math.pi * radius + 1e-9))
