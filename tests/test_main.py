@@ -134,25 +134,13 @@ def test_sigkill_at_random_point_then_resume_is_bit_identical(reference, tmp_pat
     resumed = run_main(workdir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from the checkpoint of step {steps_at_kill[-1]}" in resumed.stdout, where
-    a, b = checkpoint.restore_latest(ref_dir), checkpoint.restore_latest(workdir)
-    assert a.step == b.step == 40
-    la, lb = jax.tree.leaves(a.state), jax.tree.leaves(b.state)
-    assert len(la) == len(lb)
-    for x, y in zip(la, lb):  # params, batch_stats, optimiser state, best copy, rng, step
-        x, y = np.asarray(x), np.asarray(y)
-        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), where
-    ra = json.load(open(os.path.join(ref_dir, "results.json")))
-    rb = json.load(open(os.path.join(workdir, "results.json")))
-    assert ra["test_error"] == rb["test_error"] and ra["val_error"] == rb["val_error"]
-    # metrics.jsonl reads as if the run had never stopped.
-    ma = open(os.path.join(ref_dir, "metrics.jsonl")).read()
-    mb = open(os.path.join(workdir, "metrics.jsonl")).read()
-    assert ma == mb
+    _assert_resumed_bit_identical(ref_dir, workdir, where)
 
 
 def _assert_resumed_bit_identical(ref_dir, workdir, where):
     a, b = checkpoint.restore_latest(ref_dir), checkpoint.restore_latest(workdir)
     assert a.step == b.step == 40
+    # params, batch_stats, optimiser state, best copy, rng, step; strict: same number of leaves
     for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state), strict=True):
         x, y = np.asarray(x), np.asarray(y)
         assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), where
@@ -161,7 +149,7 @@ def _assert_resumed_bit_identical(ref_dir, workdir, where):
     assert ra["test_error"] == rb["test_error"] and ra["val_error"] == rb["val_error"]
     ma = open(os.path.join(ref_dir, "metrics.jsonl")).read()
     mb = open(os.path.join(workdir, "metrics.jsonl")).read()
-    assert ma == mb, where
+    assert ma == mb, where  # metrics.jsonl reads as if the run had never stopped
 
 
 def _start_and_signal(workdir, target_step, delay, signals, env=None, between=None):
