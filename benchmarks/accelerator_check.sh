@@ -7,9 +7,15 @@
 # 2. the precision table: E(2) layer stacks, and the CIFAR-10 E(2)-II WRN28-10's logits under
 #    every precision (benchmarks/precision.py);
 # 3. the scale layers' lowerings side by side (benchmarks/layers.py);
-# 4. whole-network throughput and time to first step per precision (benchmarks/throughput.py).
+# 4. whole-network throughput and time to first step per precision (benchmarks/throughput.py);
+# 5. the peer benchmark against e2cnn on the GPU (benchmarks/peers/run.sh --gpu; PEERS_TORCH and
+#    PEERS_WHEELS as run.sh documents; PEERS_S=0 skips it);
+# 6. the sample-complexity study's largest networks (launch/study.py: STUDY_FAMILIES at
+#    STUDY_SIZES, STUDY_SEEDS on STUDY_DATASETS, the CPU study's widths and steps), so that GPU
+#    figures stand beside the CPU study's in docs/results/.
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
-# rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS and the *_S limits can be overridden (0 skips a step).
+# rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, STUDY_* and the *_S limits can
+# be overridden (0 skips a step).
 set -uo pipefail
 out=${1:?usage: bash benchmarks/accelerator_check.sh OUTDIR}
 mkdir -p "$out"
@@ -42,4 +48,9 @@ step scale_lowering "${LOWERING_S:-90}" python3 benchmarks/layers.py --layers sc
 step throughput "${THROUGHPUT_S:-240}" python3 benchmarks/throughput.py --dataset "${DATASET:-svhn}" \
   --families "${FAMILIES:-std,e2_ii,scale_ii}" --precision "${PRECISIONS:-default,highest}" \
   --steps 20 --json "$out/throughput.json"
+step peers "${PEERS_S:-240}" bash benchmarks/peers/run.sh --gpu --json "$out/peers.json"
+step study "${STUDY_S:-420}" python3 launch/study.py --out "$out/study" \
+  --runs-dir "${STUDY_RUNS:-$out/study_runs}" --datasets "${STUDY_DATASETS:-scaled_digits}" \
+  --sizes "${STUDY_SIZES:-0}" --seeds "${STUDY_SEEDS:-0}" \
+  --families "${STUDY_FAMILIES:-wrn_std,e2_ii,scale_iiws_disco,dual,triple}"
 exit 0

@@ -3,7 +3,7 @@
     python launch/study.py --out docs/results/study [--quick] [--runs-dir runs/study]
         [--datasets scaled_digits,rotscaled_digits] [--families F,F,...] [--sizes 20,50,...,0]
         [--seeds 0,1,2] [--steps 200] [--batch-size 64] [--width-divisor 2]
-        [--budget-minutes 90] [--parallel 1] [--dry-run | --report-only]
+        [--budget-minutes 90] [--parallel 1] [--platform auto] [--dry-run | --report-only]
 
 Datasets: ``scaled_digits`` (scikit-learn's digits shrunk by s ~ U(0.3, 1)) and
 ``rotscaled_digits`` (also rotated by theta ~ U(0, 360) degrees); 1079 / 359 / 359 images.
@@ -413,6 +413,13 @@ def parse(argv: Sequence[str] | None):
     )
     p.add_argument("--parallel", type=int, default=1, help="points trained side by side")
     p.add_argument(
+        "--platform",
+        choices=("auto", "cpu", "gpu"),
+        default="auto",
+        help="where runs train: 'auto' gives each parallel slot its own GPU where GPUs are "
+        "visible, else the CPU (launch/sweep.py's slot rule)",
+    )
+    p.add_argument(
         "--cache-dir", default=None, help="JAX compilation cache (default RUNS/xla_cache)"
     )
     mode = p.add_mutually_exclusive_group()
@@ -450,6 +457,8 @@ def parse(argv: Sequence[str] | None):
         ):
             if not ok:
                 raise ValueError(f"{name}={v} is invalid: it must be >= 1")
+        if not (args.dry_run or args.report_only):
+            sweep["slot_envs"](args.parallel, 1, args.platform)  # enough GPUs: say so now
     except ValueError as e:
         msg = str(e)
         if "--sizes" in msg:
@@ -513,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             break
         batch = [r for g in points[k : k + args.parallel] for r in g]
-        status |= sweep["run_local"](batch, args.parallel, 1, "cpu")
+        status |= sweep["run_local"](batch, args.parallel, 1, args.platform)
     took = time.perf_counter() - t0
     done = sum(sweep["finished"](r) for r in runs)
     print(

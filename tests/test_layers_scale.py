@@ -162,7 +162,7 @@ def test_scale_conv_cost_contract(scale_size, lowering):
     )
     assert n_dots == 1
     if lowering == "auto":
-        lowering = "per_scale" if jax.default_backend() == "cpu" else "grouped"
+        lowering = "per_scale" if jax.default_backend() in ("cpu", "gpu") else "grouped"
     if lowering == "grouped":
         assert len(convs) == 1 and convs[0].params["feature_group_count"] == S
         assert convs[0].invars[0].aval.shape == (2, 16, 16, S * D * cin)

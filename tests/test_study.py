@@ -71,6 +71,19 @@ def test_bad_input_exits_2_with_the_valid_values(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_platform_gpu_without_a_gpu_exits_2_before_any_run(tmp_path, capsys):
+    if study["sweep"]["visible_gpus"]():
+        pytest.skip("a GPU is visible here")
+    with pytest.raises(SystemExit) as e:
+        study["main"](
+            ["--out", str(tmp_path / "o"), "--runs-dir", str(tmp_path / "r")]
+            + ["--platform", "gpu", "--families", "svm", "--sizes", "20"]
+        )
+    assert e.value.code == 2
+    assert "--platform=gpu but no GPU is visible" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "o").exists()
+
+
 def test_tiny_study_end_to_end(tmp_path):
     out, runs = tmp_path / "out", tmp_path / "runs"
     cmd = [sys.executable, "launch/study.py", "--out", str(out), "--runs-dir", str(runs)]
@@ -91,6 +104,8 @@ def test_tiny_study_end_to_end(tmp_path):
     assert svm["svm_C"] in study["SVM_C"]
     # the rule: 20 images at batch 32 = 1 step per epoch, 2 steps -> 2 epochs
     assert cnn["epochs"] == 2 and cnn["steps"] == 2
+    # --platform auto (the default): a GPU where one is visible, else the CPU
+    assert (cnn["device_kind"] == "cpu") == (not study["sweep"]["visible_gpus"]())
     md = (out / "results.md").read_text()
     assert "| cnn | scaled_digits | 20 | 1 |" in md and "| svm | scaled_digits | 50 | 1 |" in md
     assert (out / "error_vs_n_train_scaled_digits.png").stat().st_size > 10_000

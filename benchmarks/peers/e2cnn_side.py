@@ -33,14 +33,14 @@ import traceback
 import warnings
 
 
-class _BoolForUint8:
-    """A module proxy whose ``uint8`` is the module's bool type; everything else passes through."""
+class _ModuleProxy:
+    """A module seen through ``overrides`` (name -> object); every other name passes through."""
 
-    def __init__(self, module, bool_type):
-        self._module, self._bool = module, bool_type
+    def __init__(self, module, **overrides):
+        self._module, self._overrides = module, overrides
 
     def __getattr__(self, name):
-        return self._bool if name == "uint8" else getattr(self._module, name)
+        return self._overrides[name] if name in self._overrides else getattr(self._module, name)
 
 
 def _patch_uint8_masks() -> list[str]:
@@ -59,10 +59,62 @@ def _patch_uint8_masks() -> list[str]:
     import torch
     from e2cnn.nn.modules.r2_conv import basisexpansion_singleblock as sb
 
-    if not isinstance(sb.np, _BoolForUint8):
-        sb.np = _BoolForUint8(np, np.bool_)
-        sb.torch = _BoolForUint8(torch, torch.bool)
+    if not isinstance(sb.np, _ModuleProxy):
+        sb.np = _ModuleProxy(sb.np, uint8=np.bool_)
+        sb.torch = _ModuleProxy(torch, uint8=torch.bool)
     return ["e2cnn basisexpansion_singleblock: uint8 basis masks -> bool"]
+
+
+def _patch_numpy2() -> list[str]:
+    """Let e2cnn 0.2.3 run on NumPy 2 (a GPU image's torch and scipy need NumPy 2, so ``numpy<2``
+    cannot be installed beside them); returns what was patched, nothing under NumPy 1.
+
+    e2cnn uses three things NumPy 2 removed or changed, each given back its NumPy 1 meaning:
+    ``np.float`` (o2group.py; the alias of the builtin ``float``); ``ndarray.tostring`` (the
+    ``__hash__`` of four kernel-basis classes in kernels/irreps_basis.py, which hash the bytes of
+    their ``mu`` / ``gamma`` arrays; ``tobytes`` returns the same bytes); and
+    ``np.array(x, copy=False)`` in kernels/utils.py, which NumPy 1 read as "copy if needed" and
+    NumPy 2 as "never copy" (an error for the lists and scalars passed there; NumPy 2 spells the
+    old meaning ``copy=None``).
+    """
+    import numpy as np
+
+    if int(np.__version__.split(".")[0]) < 2:
+        return []
+    np.float = float  # noqa: NPY001 (the removed alias, given back; no other name touched)
+    from e2cnn.kernels import irreps_basis as ib
+    from e2cnn.kernels import utils as ku
+
+    def as_bytes(a):
+        return a.tobytes() if isinstance(a, np.ndarray) else a
+
+    def basis_hash(self):
+        return (
+            hash(self.in_irrep)
+            + hash(self.out_irrep)
+            + hash(as_bytes(self.mu))
+            + hash(as_bytes(self.gamma))
+        )
+
+    names = (
+        "R2FlipsSolution",
+        "R2ContinuousRotationsSolution",
+        "R2FlipsDiscreteRotationsSolution",
+        "R2FlipsContinuousRotationsSolution",
+    )
+    for name in names:
+        getattr(ib, name).__hash__ = basis_hash
+
+    def array(obj, *args, copy=True, **kwargs):
+        return np.array(obj, *args, copy=None if copy is False else copy, **kwargs)
+
+    if not isinstance(ku.np, _ModuleProxy):
+        ku.np = _ModuleProxy(ku.np, array=array)
+    return [
+        "NumPy 2: np.float -> float",
+        f"NumPy 2: {', '.join(names)}.__hash__ with tobytes() for tostring()",
+        "NumPy 2: kernels/utils np.array(copy=False) -> copy=None",
+    ]
 
 
 class Peer:
@@ -71,7 +123,7 @@ class Peer:
         import torch
 
         self.np, self.torch = np, torch
-        self.patched = _patch_uint8_masks() if patch else []
+        self.patched = _patch_numpy2() + _patch_uint8_masks() if patch else []
         from e2cnn import gspaces
         from e2cnn import nn as enn
 
