@@ -26,7 +26,9 @@ Three parts (``--parts layer,wrn,equivariance``):
   rotated by that same routine and channel-permuted by its own framework's regular
   representation, inside the central disk of radius 24.5, relative L2 error; median over
   ``--seeds`` initialisations. The 90-degree error (exact for both) calibrates which group
-  element each framework pairs with a counter-clockwise rotation.
+  element each framework pairs with a counter-clockwise rotation. Both sides compute this part
+  in exact float32 (invjax's precision ``'highest'``, PyTorch's TF32 off); the timed parts use
+  each framework's default arithmetic (on a GPU, TF32 convolutions in both).
 
 The peer runs in its own venv (``--peer-python``) as a subprocess that answers JSON lines
 (``e2cnn_side.py``), so single repetitions of the two alternate and the machine's load hits both.
@@ -438,6 +440,7 @@ def part_equivariance(args, peer):
     import numpy as np
 
     from invjax import groups as G
+    from invjax import precision as P
     from invjax.layers.e2 import E2Conv, E2LiftConv
 
     kw = basis_kwargs(E2Conv, args.basis)
@@ -455,10 +458,13 @@ def part_equivariance(args, peer):
         images = os.path.join(tmp, "photos.npy")
         np.save(images, np.asarray(batch))
         for seed in range(args.seeds):
-            vl = lift.init(jax.random.PRNGKey(2 * seed), batch[:1])
-            y1 = lift.apply(vl, batch)
-            vc = conv.init(jax.random.PRNGKey(2 * seed + 1), y1[:1])
-            y2 = conv.apply(vc, y1)
+            # Exact float32 on any device (the peer turns TF32 off likewise): on a GPU the
+            # default arithmetic would put ~1e-4 into the 90-degree row (README, Accelerators).
+            with P.scope(P.EXACT):
+                vl = lift.init(jax.random.PRNGKey(2 * seed), batch[:1])
+                y1 = lift.apply(vl, batch)
+                vc = conv.init(jax.random.PRNGKey(2 * seed + 1), y1[:1])
+                y2 = conv.apply(vc, y1)
             for name, y in (("lift", y1), ("conv", y2)):
                 inv[name].append(equivariance_errors(np.asarray(y), inv_mats, inv_labels))
             prefix = os.path.join(tmp, f"e2cnn{seed}_")
@@ -470,6 +476,7 @@ def part_equivariance(args, peer):
                 kernel=KERNEL,
                 basis=args.basis,
                 seed=seed,
+                gpu=args.gpu,
             )
             if not ans["ok"]:
                 errors += [ans["error"]] if ans["error"] else []

@@ -253,17 +253,26 @@ class Peer:
         conv = self._conv(reg, reg, req["kernel"], basis=basis)
         for m in (lift, conv):
             enn.init.generalized_he_init(m.weights.data, m.basisexpansion)
-        lift.eval()
-        conv.eval()
+        # e2cnn shares basis-expansion modules between equal layers, so an earlier layer moved
+        # to the GPU takes these along: run on the same device as every other part.
+        dev = self._device(req)
+        lift, conv = lift.to(dev).eval(), conv.to(dev).eval()
         x = np.load(req["images"])  # [N, H, W, 1]
-        with torch.no_grad():
-            xt = enn.GeometricTensor(
-                torch.from_numpy(x).permute(0, 3, 1, 2).double().float(), trivial
-            )
-            y1 = lift(xt)
-            y2 = conv(y1)
+        # Exact float32 (cuDNN and cuBLAS TF32 off; the driver measures invjax at 'highest'),
+        # so that the 90-degree row checks exactness on a GPU as it does on a CPU.
+        tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            with torch.no_grad():
+                xt = enn.GeometricTensor(
+                    torch.from_numpy(x).permute(0, 3, 1, 2).float().to(dev), trivial
+                )
+                y1 = lift(xt)
+                y2 = conv(y1)
+        finally:
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
         for name, y in (("lift", y1), ("conv", y2)):
-            np.save(req["out_prefix"] + name + ".npy", y.tensor.permute(0, 2, 3, 1).numpy())
+            np.save(req["out_prefix"] + name + ".npy", y.tensor.permute(0, 2, 3, 1).cpu().numpy())
         elements = list(gs.fibergroup.elements)
         mats = np.stack([gs.regular_repr(e) for e in elements]).astype(np.float64)
         np.save(req["out_prefix"] + "rep.npy", mats)
