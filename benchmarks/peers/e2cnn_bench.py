@@ -405,6 +405,7 @@ def equivariance_errors(y, mats, labels, n_rot: int = 8):
     one of the two candidates (2 or n-2) that matches best at 90 degrees (where both frameworks
     are exact); the 45-degree element is its half (1 or n-1).
     """
+    import jax
     import jax.numpy as jnp
     import numpy as np
 
@@ -417,7 +418,9 @@ def equivariance_errors(y, mats, labels, n_rot: int = 8):
     def act(z, angle, e):
         z = G.rotate(jnp.asarray(z), angle, "bilinear")
         z = z.reshape(z.shape[:-1] + (fields, mats.shape[-1]))
-        z = jnp.einsum("...fg,hg->...fh", z, jnp.asarray(mats[e], jnp.float32))
+        # HIGHEST: a GPU's default TF32 would round every value to 11 bits (2e-4 here).
+        m = jnp.asarray(mats[e], jnp.float32)
+        z = jnp.einsum("...fg,hg->...fh", z, m, precision=jax.lax.Precision.HIGHEST)
         return z.reshape(z.shape[:-2] + (-1,))
 
     def rel(a, b):
