@@ -15,7 +15,11 @@
 #    figures stand beside the CPU study's in docs/results/.
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
 # rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, STUDY_* and the *_S limits can
-# be overridden (0 skips a step).
+# be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
+# precision_cifar10, scale_lowering, throughput, peers, study), e.g. on an H100:
+#
+#   ONLY=study STUDY_RUNS=/tmp/study_runs bash benchmarks/accelerator_check.sh OUTDIR
+#   ONLY=peers PEERS_TORCH=system PEERS_WHEELS=DIR bash benchmarks/accelerator_check.sh OUTDIR
 set -uo pipefail
 out=${1:?usage: bash benchmarks/accelerator_check.sh OUTDIR}
 mkdir -p "$out"
@@ -29,7 +33,10 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 INVJAX_COMPILATION
 step() {  # step NAME LIMIT_S COMMAND...: run it, log it, say how it ended
   local name=$1 limit=$2
   shift 2
-  if [ "$limit" = 0 ]; then echo "== $name: skipped"; return; fi
+  if [ "$limit" = 0 ] || { [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; }; then
+    echo "== $name: skipped"
+    return
+  fi
   local t0=$SECONDS
   timeout "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
