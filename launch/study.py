@@ -295,9 +295,77 @@ def aggregate(runs_dir: str) -> list[dict]:
     rows = []
     for (family, dataset, n_train), rs in groups.items():
         rows.append(report.summarise(family, dataset, n_train, rs))
+    by_seed = {
+        key: {r.get("seed"): float(r["test_error"]) for r in rs if _finite(r.get("test_error"))}
+        for key, rs in groups.items()
+    }
+    for row in rows:
+        row.update(paired(by_seed, row["experiment"], row["dataset"], row["n_train"]))
     order = {f: i for i, f in enumerate(FAMILIES)}
     rows.sort(key=lambda r: (r["dataset"], order.get(r["experiment"], 99), r["n_train"] or 0))
     return rows
+
+
+def _finite(x) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+# Every family is compared with this one on the same splits (same seeds = same realisations and
+# subsets): the non-invariant network of the same width and recipe.
+PAIRED_REFERENCE = "wrn_std"
+
+
+def paired(by_seed: dict, family: str, dataset: str, n_train) -> dict:
+    """The family's test error minus :data:`PAIRED_REFERENCE`'s, seed by seed (same splits).
+
+    Pairing removes the part of the spread that the split itself causes (a hard realisation is
+    hard for every model), so a difference can be clear where the two means' error bars overlap.
+    Returns ``paired_vs``, ``paired_diff_mean`` / ``_std`` (points; sample std), ``paired_wins``
+    (seeds where the family's error is lower) and ``paired_n`` (common seeds); ``{}`` for the
+    reference itself or without common seeds.
+    """
+    from invjax import report
+
+    mine = by_seed.get((family, dataset, n_train), {})
+    ref = by_seed.get((PAIRED_REFERENCE, dataset, n_train), {})
+    common = sorted(set(mine) & set(ref), key=str)
+    if family == PAIRED_REFERENCE or not common:
+        return {}
+    diffs = [mine[s] - ref[s] for s in common]
+    m, sd = report.mean_std(diffs)
+    return {
+        "paired_vs": PAIRED_REFERENCE,
+        "paired_diff_mean": m,
+        "paired_diff_std": sd,
+        "paired_wins": sum(d < 0 for d in diffs),
+        "paired_n": len(diffs),
+    }
+
+
+def paired_table(rows: Sequence[dict], dataset: str) -> str:
+    """Markdown: one line per family, one column per N_t, "mean ± std (wins/n)" in points."""
+    mine = [r for r in rows if r["dataset"] == dataset and r.get("paired_n")]
+    sizes = sorted({r["n_train"] for r in mine})
+    if not mine:
+        return ""
+    lines = [
+        "| family | " + " | ".join(f"N_t = {n}" for n in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    for family in dict.fromkeys(r["experiment"] for r in mine):
+        cells = {r["n_train"]: r for r in mine if r["experiment"] == family}
+        lines.append(
+            f"| {family} | "
+            + " | ".join(
+                f"{c['paired_diff_mean']:+.2f} ± {c['paired_diff_std']:.2f} "
+                f"({c['paired_wins']}/{c['paired_n']})"
+                if (c := cells.get(n))
+                else "-"
+                for n in sizes
+            )
+            + " |"
+        )
+    return "\n".join(lines)
 
 
 def plot(rows: Sequence[dict], out: str) -> list[str]:
@@ -366,6 +434,16 @@ def write_report(runs_dir: str, out: str, header: str) -> list[dict]:
             report.table([r for r in rows if r["dataset"] == dataset], markdown=True),
             "",
         ]
+        pairs = paired_table(rows, dataset)
+        if pairs:
+            text += [
+                f"Paired with `{PAIRED_REFERENCE}` on the same splits: test error minus "
+                f"{PAIRED_REFERENCE}'s, in points, mean ± sample std over the common seeds "
+                "(seeds where the family is lower / common seeds; negative = better).",
+                "",
+                pairs,
+                "",
+            ]
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(text))
     with open(os.path.join(out, "results.json"), "w") as f:

@@ -71,6 +71,32 @@ def test_bad_input_exits_2_with_the_valid_values(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_paired_differences_use_the_common_seeds_only():
+    """Each family minus the reference on the same seeds (splits); a missing seed drops out."""
+    by_seed = {
+        ("wrn_std", "d", 20): {0: 40.0, 1: 50.0, 2: 30.0},
+        ("triple", "d", 20): {0: 35.0, 1: 41.0},  # seed 2 not run yet
+        ("svm", "d", 20): {0: 45.0, 1: 49.0, 2: 36.0},
+    }
+    t = study["paired"](by_seed, "triple", "d", 20)
+    assert t["paired_vs"] == "wrn_std" and t["paired_n"] == 2 and t["paired_wins"] == 2
+    assert math.isclose(t["paired_diff_mean"], -7.0)
+    assert math.isclose(t["paired_diff_std"], math.sqrt(8.0))  # diffs -5, -9: sample std
+    s = study["paired"](by_seed, "svm", "d", 20)
+    assert (s["paired_n"], s["paired_wins"]) == (3, 1) and math.isclose(
+        s["paired_diff_mean"], 10 / 3
+    )
+    assert study["paired"](by_seed, "wrn_std", "d", 20) == {}
+    assert study["paired"](by_seed, "triple", "d", 100) == {}
+    rows = [
+        {"experiment": f, "dataset": "d", "n_train": 20, **study["paired"](by_seed, f, "d", 20)}
+        for f in ("wrn_std", "svm", "triple")
+    ]
+    table = study["paired_table"](rows, "d").splitlines()
+    assert table[0] == "| family | N_t = 20 |"
+    assert table[2:] == ["| svm | +3.33 ± 3.79 (1/3) |", "| triple | -7.00 ± 2.83 (2/2) |"]
+
+
 def test_platform_gpu_without_a_gpu_exits_2_before_any_run(tmp_path, capsys):
     if study["sweep"]["visible_gpus"]():
         pytest.skip("a GPU is visible here")
