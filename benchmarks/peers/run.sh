@@ -4,8 +4,8 @@
 #   benchmarks/peers/run.sh [e2cnn_bench.py flags, e.g. --json peers.json, --gpu]
 #
 # Creates the peer's own virtual environment once (.venv-peers/, git-ignored; override with
-# PEERS_VENV=DIR): e2cnn 0.2.3 with numpy<2 (e2cnn calls ndarray.tostring, np.float; see below), and
-# CPU PyTorch 2.13.0 (on the development machine pip takes it from a local wheel file; with
+# PEERS_VENV=DIR): e2cnn 0.2.3 with numpy<2 (e2cnn calls ndarray.tostring, np.float; see
+# below), and CPU PyTorch 2.13.0 (on the development machine pip takes it from a local wheel file; with
 # --gpu set PEERS_TORCH to a CUDA build, e.g. PEERS_TORCH='torch==2.13.0'). The project's own
 # environment never gets torch or e2cnn. Then runs benchmarks/peers/e2cnn_bench.py with the
 # project's python3, which starts benchmarks/peers/e2cnn_side.py in that venv.
