@@ -5,9 +5,9 @@
 #
 # Creates the peer's own virtual environment once (.venv-peers/, git-ignored; override with
 # PEERS_VENV=DIR): e2cnn 0.2.3 with numpy<2 (e2cnn calls ndarray.tostring, np.float; see
-# below), and CPU PyTorch 2.13.0 (on the development machine pip takes it from a local wheel file; with
-# --gpu set PEERS_TORCH to a CUDA build, e.g. PEERS_TORCH='torch==2.13.0'). The project's own
-# environment never gets torch or e2cnn. Then runs benchmarks/peers/e2cnn_bench.py with the
+# below), and CPU PyTorch 2.13.0 (on the development machine pip takes it from a local wheel
+# file; with --gpu set PEERS_TORCH to a CUDA build, e.g. PEERS_TORCH='torch==2.13.0'). The
+# project's own environment never gets torch or e2cnn. Then runs benchmarks/peers/e2cnn_bench.py with the
 # project's python3, which starts benchmarks/peers/e2cnn_side.py in that venv.
 #
 # On a machine whose python3 already has a (CUDA) torch and no package index, e.g. a GPU box:
