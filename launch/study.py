@@ -33,8 +33,11 @@ paper's 5 and 10 of 60 (:func:`prune_epochs`).
 
 Output: the runs under ``--runs-dir`` (``DATASET/FAMILY/n<N_t>_s<seed>``, ``nall`` for the whole
 split; the SVM writes a ``results.json`` there like a run), then in ``--out``: ``results.md``
-(mean +- std tables through :func:`invjax.report.table`), ``results.json`` (the rows) and
-``error_vs_n_train_<dataset>.png`` (test error vs N_t, log axes in percent). Runs whose
+(mean +- std tables through :func:`invjax.report.table`, and paired differences on the same
+splits: every family against the std WRN, and the paper's claims of :data:`CLAIMS`, e.g. II
+against pooling), ``results.json`` (the rows, each with its difference to the std WRN),
+``paired.json`` (the claims' comparisons) and ``error_vs_n_train_<dataset>.png`` (test error vs
+N_t, log axes in percent). Runs whose
 ``results.json`` exists are skipped, so an interrupted study is finished by the same command.
 Points run seed-major (all sizes and datasets of seed 0 first); after ``--budget-minutes`` no new
 point starts, so a study cut short has whole curves for fewer seeds, and the tables say how many
@@ -277,12 +280,8 @@ def run_svm(point: dict) -> dict:
 # ----------------------------------------------------------------------------- aggregation
 
 
-def aggregate(runs_dir: str) -> list[dict]:
-    """Rows in :func:`invjax.report.aggregate`'s format, one per (family, dataset, N_t).
-
-    Grouped by the run directory ``DATASET/FAMILY/...`` rather than by recorded overrides,
-    because the training length (``train.num_epochs``) differs between the N_t of one family.
-    """
+def _groups(runs_dir: str) -> dict[tuple, list[dict]]:
+    """The runs' results by ``(family, dataset, N_t)``, from the run directories."""
     from invjax import report
 
     groups: dict[tuple, list[dict]] = {}
@@ -292,31 +291,62 @@ def aggregate(runs_dir: str) -> list[dict]:
             continue
         dataset, family, _ = parts
         groups.setdefault((family, dataset, r.get("n_train")), []).append(r)
-    rows = []
-    for (family, dataset, n_train), rs in groups.items():
-        rows.append(report.summarise(family, dataset, n_train, rs))
-    by_seed = {
+    return groups
+
+
+def _by_seed(groups: dict[tuple, list[dict]]) -> dict[tuple, dict]:
+    return {
         key: {r.get("seed"): float(r["test_error"]) for r in rs if _finite(r.get("test_error"))}
         for key, rs in groups.items()
     }
-    for row in rows:
-        row.update(paired(by_seed, row["experiment"], row["dataset"], row["n_train"]))
-    order = {f: i for i, f in enumerate(FAMILIES)}
-    rows.sort(key=lambda r: (r["dataset"], order.get(r["experiment"], 99), r["n_train"] or 0))
-    return rows
 
 
 def _finite(x) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
+def aggregate(runs_dir: str) -> list[dict]:
+    """Rows in :func:`invjax.report.aggregate`'s format, one per (family, dataset, N_t), each with
+    its :func:`paired` difference to :data:`PAIRED_REFERENCE`.
+
+    Grouped by the run directory ``DATASET/FAMILY/...`` rather than by recorded overrides,
+    because the training length (``train.num_epochs``) differs between the N_t of one family.
+    """
+    from invjax import report
+
+    groups = _groups(runs_dir)
+    by_seed = _by_seed(groups)
+    rows = []
+    for (family, dataset, n_train), rs in groups.items():
+        row = report.summarise(family, dataset, n_train, rs)
+        row.update(paired(by_seed, family, dataset, n_train))
+        rows.append(row)
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    rows.sort(key=lambda r: (r["dataset"], order.get(r["experiment"], 99), r["n_train"] or 0))
+    return rows
+
+
 # Every family is compared with this one on the same splits (same seeds = same realisations and
 # subsets): the non-invariant network of the same width and recipe.
 PAIRED_REFERENCE = "wrn_std"
+# The paper's claims as paired comparisons (family, reference): II against pooling, the two
+# Scale-II forms, and each combination against its own streams.
+CLAIMS = (
+    ("e2_ii", "e2_pool"),
+    ("scale_iiws_disco", "scale_pool_disco"),
+    ("scale_iiws_hermite", "scale_pool_hermite"),
+    ("scale_iimono_disco", "scale_iiws_disco"),
+    ("scale_iimono_hermite", "scale_iiws_hermite"),
+    ("dual", "e2_ii"),
+    ("dual", "scale_iiws_disco"),
+    ("triple", "dual"),
+)
 
 
-def paired(by_seed: dict, family: str, dataset: str, n_train) -> dict:
-    """The family's test error minus :data:`PAIRED_REFERENCE`'s, seed by seed (same splits).
+def paired(
+    by_seed: dict, family: str, dataset: str, n_train, reference: str = PAIRED_REFERENCE
+) -> dict:
+    """The family's test error minus ``reference``'s, seed by seed (same splits).
 
     Pairing removes the part of the spread that the split itself causes (a hard realisation is
     hard for every model), so a difference can be clear where the two means' error bars overlap.
@@ -327,14 +357,14 @@ def paired(by_seed: dict, family: str, dataset: str, n_train) -> dict:
     from invjax import report
 
     mine = by_seed.get((family, dataset, n_train), {})
-    ref = by_seed.get((PAIRED_REFERENCE, dataset, n_train), {})
+    ref = by_seed.get((reference, dataset, n_train), {})
     common = sorted(set(mine) & set(ref), key=str)
-    if family == PAIRED_REFERENCE or not common:
+    if family == reference or not common:
         return {}
     diffs = [mine[s] - ref[s] for s in common]
     m, sd = report.mean_std(diffs)
     return {
-        "paired_vs": PAIRED_REFERENCE,
+        "paired_vs": reference,
         "paired_diff_mean": m,
         "paired_diff_std": sd,
         "paired_wins": sum(d < 0 for d in diffs),
@@ -342,20 +372,34 @@ def paired(by_seed: dict, family: str, dataset: str, n_train) -> dict:
     }
 
 
-def paired_table(rows: Sequence[dict], dataset: str) -> str:
-    """Markdown: one line per family, one column per N_t, "mean ± std (wins/n)" in points."""
-    mine = [r for r in rows if r["dataset"] == dataset and r.get("paired_n")]
-    sizes = sorted({r["n_train"] for r in mine})
+def claims(runs_dir: str) -> list[dict]:
+    """:func:`paired` for every comparison of :data:`CLAIMS` at every (dataset, N_t) run."""
+    by_seed = _by_seed(_groups(runs_dir))
+    points = sorted({(d, n) for _, d, n in by_seed}, key=lambda p: (p[0], p[1] or 0))
+    out = []
+    for family, reference in CLAIMS:
+        for dataset, n_train in points:
+            pair = paired(by_seed, family, dataset, n_train, reference)
+            if pair:
+                out.append({"experiment": family, "dataset": dataset, "n_train": n_train} | pair)
+    return out
+
+
+def paired_table(records: Sequence[dict], dataset: str) -> str:
+    """Markdown: one line per comparison ("family - reference"), one column per N_t, cells
+    "mean ± std (wins/n)" in points; ``""`` when the dataset has none."""
+    mine = [r for r in records if r["dataset"] == dataset and r.get("paired_n")]
     if not mine:
         return ""
+    sizes = sorted({r["n_train"] for r in mine})
     lines = [
-        "| family | " + " | ".join(f"N_t = {n}" for n in sizes) + " |",
+        "| comparison | " + " | ".join(f"N_t = {n}" for n in sizes) + " |",
         "|---|" + "---|" * len(sizes),
     ]
-    for family in dict.fromkeys(r["experiment"] for r in mine):
-        cells = {r["n_train"]: r for r in mine if r["experiment"] == family}
+    for label in dict.fromkeys(f"{r['experiment']} - {r['paired_vs']}" for r in mine):
+        cells = {r["n_train"]: r for r in mine if f"{r['experiment']} - {r['paired_vs']}" == label}
         lines.append(
-            f"| {family} | "
+            f"| {label} | "
             + " | ".join(
                 f"{c['paired_diff_mean']:+.2f} ± {c['paired_diff_std']:.2f} "
                 f"({c['paired_wins']}/{c['paired_n']})"
@@ -425,6 +469,7 @@ def write_report(runs_dir: str, out: str, header: str) -> list[dict]:
     from invjax import report
 
     rows = aggregate(runs_dir)
+    pairs = claims(runs_dir)
     os.makedirs(out, exist_ok=True)
     text = [header, ""]
     for dataset in sorted({r["dataset"] for r in rows}):
@@ -434,20 +479,26 @@ def write_report(runs_dir: str, out: str, header: str) -> list[dict]:
             report.table([r for r in rows if r["dataset"] == dataset], markdown=True),
             "",
         ]
-        pairs = paired_table(rows, dataset)
-        if pairs:
-            text += [
-                f"Paired with `{PAIRED_REFERENCE}` on the same splits: test error minus "
-                f"{PAIRED_REFERENCE}'s, in points, mean ± sample std over the common seeds "
-                "(seeds where the family is lower / common seeds; negative = better).",
-                "",
-                pairs,
-                "",
-            ]
+        for records, what in (
+            (rows, f"each family against `{PAIRED_REFERENCE}`"),
+            (pairs, "the paper's claims"),
+        ):
+            table = paired_table(records, dataset)
+            if table:
+                text += [
+                    f"Paired on the same splits, {what}: test error of the first minus the "
+                    "second, in points, mean ± sample std over the common seeds (seeds where "
+                    "the first is lower / common seeds; negative = the first is better).",
+                    "",
+                    table,
+                    "",
+                ]
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(text))
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(rows, f, indent=1)
+    with open(os.path.join(out, "paired.json"), "w") as f:
+        json.dump(pairs, f, indent=1)
     plots = plot(rows, out) if rows else []
     print(report.table(rows), flush=True)
     print("wrote", os.path.join(out, "results.md"), os.path.join(out, "results.json"), *plots)

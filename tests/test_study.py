@@ -93,8 +93,38 @@ def test_paired_differences_use_the_common_seeds_only():
         for f in ("wrn_std", "svm", "triple")
     ]
     table = study["paired_table"](rows, "d").splitlines()
-    assert table[0] == "| family | N_t = 20 |"
-    assert table[2:] == ["| svm | +3.33 ± 3.79 (1/3) |", "| triple | -7.00 ± 2.83 (2/2) |"]
+    assert table[0] == "| comparison | N_t = 20 |"
+    assert table[2:] == [
+        "| svm - wrn_std | +3.33 ± 3.79 (1/3) |",
+        "| triple - wrn_std | -7.00 ± 2.83 (2/2) |",
+    ]
+    # any reference: triple against the SVM on seeds 0 and 1
+    t = study["paired"](by_seed, "triple", "d", 20, reference="svm")
+    assert (t["paired_vs"], t["paired_n"], t["paired_wins"]) == ("svm", 2, 2)
+    assert math.isclose(t["paired_diff_mean"], -9.0)
+
+
+def test_claims_pair_ii_with_pooling_on_the_same_seeds(tmp_path):
+    """:func:`claims` reads the runs directory and pairs each claim's two families seed by seed;
+    the report puts them in results.md and paired.json."""
+    errors = {"e2_ii": [30.0, 20.0, 25.0], "e2_pool": [32.0, 19.0, 29.0], "wrn_std": [40, 30, 35]}
+    for family, errs in errors.items():
+        for seed, e in enumerate(errs):
+            run = tmp_path / "runs" / "scaled_digits" / family / f"n20_s{seed}"
+            run.mkdir(parents=True)
+            r = {"test_error": e, "val_error": e, "n_train": 20, "seed": seed, "params": 1}
+            (run / "results.json").write_text(json.dumps(r | {"dataset": "scaled_digits"}))
+    got = study["claims"](str(tmp_path / "runs"))
+    assert [(c["experiment"], c["paired_vs"], c["n_train"]) for c in got] == [
+        ("e2_ii", "e2_pool", 20)
+    ]
+    assert (got[0]["paired_n"], got[0]["paired_wins"]) == (3, 2)
+    assert math.isclose(got[0]["paired_diff_mean"], -5 / 3)
+    study["write_report"](str(tmp_path / "runs"), str(tmp_path / "out"), "# t")
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| e2_ii - e2_pool | -1.67 ± 2.52 (2/3) |" in md
+    assert "| e2_ii - wrn_std | -10.00 ± 0.00 (3/3) |" in md
+    assert json.loads((tmp_path / "out" / "paired.json").read_text()) == got
 
 
 def test_platform_gpu_without_a_gpu_exits_2_before_any_run(tmp_path, capsys):
@@ -135,6 +165,7 @@ def test_tiny_study_end_to_end(tmp_path):
     md = (out / "results.md").read_text()
     assert "| cnn | scaled_digits | 20 | 1 |" in md and "| svm | scaled_digits | 50 | 1 |" in md
     assert (out / "error_vs_n_train_scaled_digits.png").stat().st_size > 10_000
+    assert json.loads((out / "paired.json").read_text()) == []  # no claim's pair was run
     # a second call finds every run finished and only aggregates
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and " start: " not in again.stdout
