@@ -20,7 +20,7 @@ def get_config():
     config.train.batch_size = 128
     config.train.learning_rate = 1e-3
     config.train.weight_decay = 5e-6
-    # log A instead of eq. 6's ratio A (equally invariant): the ratios spread over ~8 decades
+    # log A instead of eq. 6's ratio A (invariant where A is): the ratios spread over ~8 decades
     # across images and each fc1 unit is dominated by one image of the batch; with A the network
     # stayed at chance (one class) in every run of launch/study.py (ops.ii.MONOMIAL_OUTPUTS).
     config.model.monomial_output = "log"

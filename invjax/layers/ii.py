@@ -265,9 +265,9 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     reading of eq. (6) after Rath et al.) or ``'pointwise'`` (all factors at one position,
     channels only: the exactly scale-invariant variant; needs ``C_in >= 2``).
 
-    ``output``: ``'ratio'`` (eq. 6's ``A``, default) or ``'log'`` (``log A``, the same
-    invariance; what a following dense layer can learn from, see
-    :data:`invjax.ops.ii.MONOMIAL_OUTPUTS`). Pruned pairs output 0 either way.
+    ``output``: ``'ratio'`` (eq. 6's ``A``, default) or ``'log'`` (``log A``: exact where ``A``
+    is, per pair ``A``'s relative change otherwise; what a following dense layer can learn from,
+    see :data:`invjax.ops.ii.MONOMIAL_OUTPUTS`). Pruned pairs output 0 either way.
 
     Shapes: ``[B, H, W, C_in] -> [B, n_pairs]``.
     """
