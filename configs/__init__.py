@@ -15,6 +15,11 @@ invjax, which owns them.
 from __future__ import annotations
 
 import importlib.util
+import pathlib
+
+
+class ConfigFileError(ValueError):
+    """The file is not a config file (no ``get_config``, not Python); the message names it."""
 
 
 def from_file(path: str):
@@ -24,7 +29,15 @@ def from_file(path: str):
     The file runs as a module of its own, once per call; it imports its helpers from this package.
     """
     file, sep, arg = path.partition(":")
-    spec = importlib.util.spec_from_file_location("config_config", file)
+    name = pathlib.Path(file).stem  # the module's name in tracebacks and messages: the file's
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None:
+        raise ConfigFileError(f"config file {file} is not a Python file (configs are configs/*.py)")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if not callable(getattr(module, "get_config", None)):
+        raise ConfigFileError(
+            f"config file {file} defines no get_config() function: a config file's "
+            "get_config() returns its ml_collections.ConfigDict (see configs/digits_cnn.py)"
+        )
     return module.get_config(arg) if sep else module.get_config()

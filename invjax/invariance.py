@@ -50,8 +50,9 @@ Table 1 (``--table1``)
   disappears (mean 0.53, median 0.039, independent of epsilon).
 
 Model mode (``--config``)
-  Builds ``invjax.models.build(config.model)``; with ``--workdir`` loads the run's variables
-  (:func:`invjax.checkpoint.load_params`), otherwise initialises them from ``config.seed``.
+  Builds ``invjax.models.build(config.model)``; with ``--workdir`` loads the run's reported
+  variables (best-validation copy or last, of its newest readable checkpoint; the output names
+  ``checkpoint_step`` and ``selected_by``), otherwise initialises them from ``config.seed``.
   Images: ``--images=FILE.npy`` (float32 ``[N, H, W, C]`` in [0, 1]) or the first
   ``--n_samples`` test images of ``config.data``. Transforms act on the [0, 1] images, which are
   then normalised with the training split's mean/std exactly as in training. With ``--images``
@@ -246,8 +247,38 @@ def table1_images(n_samples: int = TABLE1_SAMPLES, seed: int = TABLE1_SEED) -> n
     """``n_samples`` scaled digits ``[n, 28, 28, 1]`` (the offline stand-in for Scaled-MNIST)."""
     from invjax.data.digits import scaled_digits
 
-    images, _, _ = scaled_digits(n_samples, seed)
+    images, _, _ = scaled_digits(check_n_samples(n_samples), seed)
     return images
+
+
+def check_n_samples(n_samples) -> int:
+    """``n_samples`` if it is an integer >= 1, else one ValueError (a slice ``[:-3]`` would
+    silently measure all but 3 images, ``[:0]`` none)."""
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 1:
+        raise ValueError(f"--n_samples={n_samples!r} is invalid: it must be an integer >= 1")
+    return int(n_samples)
+
+
+def read_images(path: str) -> np.ndarray:
+    """The array of the ``.npy`` file ``path`` (``--images``), never unpickled; one ValueError
+    naming the file and the format for a missing file or one that is not a NumPy array."""
+    import os
+
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"--images={path}: no such file (give a .npy file: np.save(path, images), images "
+            "float32 [N, H, W, C] in [0, 1])"
+        )
+    try:
+        with open(path, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":
+                raise ValueError("no .npy header")
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise ValueError(
+            f"--images={path} is not a NumPy .npy array file ({e}): save the images with "
+            "np.save(path, images), images float32 [N, H, W, C] in [0, 1]"
+        ) from e
 
 
 def _parse_columns(columns: Sequence[str]) -> list[str]:
@@ -476,18 +507,15 @@ def model_invariance(
     from invjax.data import datasets
 
     transforms = parse_transforms(transforms)
+    n_samples = check_n_samples(n_samples)
     data_cfg = config.data
-    name = data_cfg.get("name") if hasattr(data_cfg, "get") else data_cfg.name
-    if name not in datasets.DATASETS:
-        raise ValueError(
-            f"unknown dataset {name!r} (config.data.name): valid are {sorted(datasets.DATASETS)}"
-        )
-    image_shape = tuple(datasets.DATASETS[name][0])
+    opts = datasets.check_config(data_cfg)
+    name, image_shape = opts["name"], tuple(opts["image_shape"])
     if images is not None:
         images = check_images(images, image_shape, name)
     # A fresh model on the user's own images needs no dataset: only its shape and class count.
     ds = datasets.load(data_cfg) if images is None or workdir else None
-    num_classes = ds.num_classes if ds is not None else datasets.DATASETS[name][1]
+    num_classes = ds.num_classes if ds is not None else opts["num_classes"]
     model_cfg = (
         config.model.copy_and_resolve_references()
         if hasattr(config.model, "unlocked")
@@ -506,10 +534,19 @@ def model_invariance(
     else:
         mean = images.mean(axis=(0, 1, 2))
         std = np.maximum(images.std(axis=(0, 1, 2)), 1e-6)
+    measured = {"variables": "initialised"}
     if workdir:
         from invjax import checkpoint
+        from invjax.training.state import reported_variables
 
-        variables = checkpoint.load_params(workdir)
+        restored = checkpoint.restore_latest(workdir)
+        if restored is None:
+            raise checkpoint.CheckpointError(
+                f"--workdir={workdir} holds no checkpoint in {checkpoint.checkpoint_dir(workdir)}:"
+                " train that run first (python -m invjax.main --config=... --workdir=...)"
+            )
+        variables, chosen = reported_variables(restored.state, restored.meta)
+        measured = {"variables": "checkpoint", "checkpoint_step": restored.step, **chosen}
         check_variables(model, image_shape, variables, workdir, model_cfg)
     else:
         from invjax.training.state import init_variables
@@ -526,7 +563,7 @@ def model_invariance(
         **P.describe(precision),
         "n_images": len(images),
         "model": str(model_cfg.get("name")),
-        "variables": "checkpoint" if workdir else "initialised",
+        **measured,
         "normalisation": "training split" if ds is not None else "the images' own",
     }
 
@@ -629,7 +666,7 @@ def main(argv=None) -> int:
                     print(format_table1(readings[st]))
                 print(f"({wall:.0f} s)")
             return 0
-        images = np.load(fl.images) if fl.images else None
+        images = read_images(fl.images) if fl.images else None
         result = model_invariance(
             fl["config"].value,
             fl.workdir,
@@ -647,7 +684,12 @@ def main(argv=None) -> int:
         for t, d in result["invariance_error"].items():
             feats = "n/a" if d["features"] is None else f"{d['features']:.3g}"
             print(f"{t:<8} features {feats:>10}   logits {d['logits']:.3g}")
-        print(f"(precision {result['precision']!r} on {result['device_kind']})")
+        what = (
+            f"checkpoint step {result['checkpoint_step']} ({result['selected_by']}), "
+            if "checkpoint_step" in result
+            else "initialised variables, "
+        )
+        print(f"({what}precision {result['precision']!r} on {result['device_kind']})")
     return 0
 
 

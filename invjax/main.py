@@ -88,6 +88,8 @@ def _load_config(path: str):
         import configs
 
         return configs.from_file(path)
+    except configs.ConfigFileError as e:
+        _fail(str(e))
     except Exception as e:  # noqa: BLE001 (any failure of the user's file gets one message)
         _fail(f"cannot load config file {file}: {type(e).__name__}: {e}")
 
@@ -144,7 +146,7 @@ def _help(argv) -> str:
     text = [__doc__.rstrip(), "", "flags:"]
     text += [
         f"  --{name}: {flags.FLAGS[name].help}"
-        for name in ("config", "workdir", "dry_run", "verbosity")
+        for name in ("config", "workdir", "dry_run", "compilation_cache", "verbosity")
         if name in flags.FLAGS
     ]
     path, _ = _config_args(argv)

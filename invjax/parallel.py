@@ -110,6 +110,14 @@ def check_batch_size(batch_size: int, mesh: Mesh, name: str = "train.batch_size"
     return batch_size
 
 
+def per_device_batch(batch_size: int, mesh: Mesh) -> int:
+    """``batch_size`` rounded up to a multiple of the mesh's devices: the evaluation batch, whose
+    padding rows are masked (:func:`invjax.training.steps.eval_batches`), so any requested size
+    fits any device count (500 on 8 devices: 504, 63 per device)."""
+    n = mesh.devices.size
+    return -(-int(batch_size) // n) * n
+
+
 def local_rows(batch_size: int, mesh: Mesh) -> list[tuple[int, int]]:
     """The ``[start, stop)`` row ranges of a global batch that this process's devices hold.
 

@@ -134,8 +134,11 @@ def schedule(n_train: int, steps: int, batch_size: int) -> dict:
 
     ``epochs = max(2, ceil(steps / ceil(N_t / B)))`` (an epoch has ``ceil(N_t / B)`` batches),
     one x0.1 decay after ``round(2/3 epochs)``, validation every ``max(1, epochs // 8)`` epochs.
+    ``B = min(batch_size, N_t)``: the trainer refuses a batch larger than the training set (the
+    study's first N_t = 20 runs, made before that check, drew batches of 64 with repeats).
     """
     n = n_train or N_ALL
+    batch_size = min(batch_size, n)
     per_epoch = math.ceil(n / batch_size)
     epochs = max(2, math.ceil(steps / per_epoch))
     boundary = min(max(1, round(2 * epochs / 3)), epochs - 1)

@@ -14,6 +14,7 @@ network, the peer's own count (:mod:`invjax.models.peers`: measured by building 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import pathlib
 import sys
@@ -95,9 +96,13 @@ def resolve(name: str):
         cfg = importlib.import_module(f"configs.{name}").get_config()
         model_cfg, data = _model_and_data(cfg)
         return model_cfg, data or name
+    known = list(dict.fromkeys(sorted(model_configs.MODELS) + config_names()))
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     raise ValueError(
-        f"{name!r} is neither a model name nor a config name: model names are "
-        f"{sorted(model_configs.MODELS)}; config names (configs/NAME.py) are {config_names()}"
+        f"{name!r} is neither a model name nor a config name"
+        + (f" (did you mean {', '.join(close)}?)" if close else "")
+        + f"; {len(model_configs.MODELS)} model names and {len(config_names())} config names "
+        "are listed by: python -m invjax.models --list"
     )
 
 
@@ -128,6 +133,7 @@ def main(argv=None) -> int:
         "--all", action="store_true", help="count every model of configs/models.py (one line each)"
     )
     p.add_argument("--input_shape", help="H,W,C (default: from the dataset)")
+    p.add_argument("--list", action="store_true", help="list the model and config names, one a line")
     args = p.parse_args(argv)
     try:
         return _run(p, args)
@@ -136,6 +142,12 @@ def main(argv=None) -> int:
 
 
 def _run(p, args) -> int:
+    if args.list:
+        print("model names (configs/models.py):")
+        print("\n".join(f"  {n}" for n in sorted(model_configs.MODELS)))
+        print("config names (configs/NAME.py):")
+        print("\n".join(f"  {n}" for n in config_names()))
+        return 0
     shape = _parse_shape(args.input_shape) if args.input_shape else None
     if args.config:
         model_cfg, data = load_config(args.config)
@@ -146,10 +158,7 @@ def _run(p, args) -> int:
     registry = model_configs.MODELS
     names = sorted(registry) if args.all else args.names
     if not names:
-        p.error(
-            f"give model or config names, or --all; model names: {', '.join(sorted(registry))}; "
-            f"config names: {', '.join(config_names())}"
-        )
+        p.error("give model or config names, or --all (--list lists the names)")
     resolved = {n: resolve(n) for n in names}  # every name checked before any compute
     counts = {}
     for n, (model_cfg, hint) in resolved.items():

@@ -26,6 +26,11 @@ from invjax.logging_utils import banner
 from invjax.training.optimizer import count_params, is_int, make_optimizer, validate_train_config
 from invjax.training.state import graft, init_variables, state_factory
 
+#: The longest run :func:`prepare` accepts, in optimiser steps (``num_epochs`` x steps per epoch):
+#: 10^7 steps are 28 h at 10 ms a step, 100x the paper's longest schedule (CIFAR-10, 200 epochs
+#: of 391 steps = 78,200); a larger ``train.num_epochs`` is a typo (``1e12``), not a plan.
+MAX_STEPS = 10**7
+
 # Keys a resumed run may change (everything else must match the stored config).
 RESUMABLE_KEYS = (
     "multi_host",
@@ -126,7 +131,6 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
     eval_precision = P.check(config.get("eval_precision", P.EXACT), "eval_precision")
     mesh = parallel.make_mesh()
     parallel.check_batch_size(tc.batch_size, mesh, "train.batch_size")
-    parallel.check_batch_size(tc.eval_batch_size, mesh, "train.eval_batch_size")
 
     data_lib.check_config(config.data)
     ds = data_lib.load(config.data) if dataset is None else dataset
@@ -165,7 +169,20 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
             f"model {config.model.name!r} maps images {(2, *ds.image_shape)} to logits of shape "
             f"{tuple(logits.shape)}, expected {(2, ds.num_classes)}"
         )
+    if tc.batch_size > len(ds.train):
+        raise ValueError(
+            f"train.batch_size={tc.batch_size} is larger than the training set: dataset "
+            f"{ds.name!r} has {len(ds.train)} training images (data.n_train={config.data.n_train}"
+            f", after the validation split): use train.batch_size <= {len(ds.train)}"
+        )
     steps_per_epoch = -(-len(ds.train) // tc.batch_size)
+    if steps_per_epoch * tc.num_epochs > MAX_STEPS:
+        raise ValueError(
+            f"train.num_epochs={tc.num_epochs} is invalid: {tc.num_epochs} epochs of "
+            f"{steps_per_epoch} steps are {steps_per_epoch * tc.num_epochs:.3g} steps, more than "
+            f"the {MAX_STEPS:.0e} a run may take (invjax.training.experiment.MAX_STEPS): use at "
+            f"most {MAX_STEPS // steps_per_epoch} epochs"
+        )
     tx = make_optimizer(tc, steps_per_epoch, variables["params"])
 
     sources = _load_sources(tc.init_from, variables) if load_sources else []

@@ -15,6 +15,7 @@ parameters stay bit-identical).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import jax
@@ -43,8 +44,8 @@ def validate_train_config(tc) -> None:
 
     if tc.optimizer not in OPTIMIZERS:
         bad("optimizer", tc.optimizer, f"valid optimizers are {list(OPTIMIZERS)}")
-    if not is_num(tc.learning_rate) or not tc.learning_rate > 0:
-        bad("learning_rate", tc.learning_rate, "it must be a number > 0")
+    if not is_num(tc.learning_rate) or not 0 < tc.learning_rate < math.inf:
+        bad("learning_rate", tc.learning_rate, "it must be a finite number > 0")
     if not is_num(tc.momentum) or not 0 <= tc.momentum < 1:
         bad("momentum", tc.momentum, "it must be in [0, 1)")
     if tc.nesterov and (tc.optimizer != "sgd" or tc.momentum == 0):

@@ -57,6 +57,26 @@ def best_variables(best) -> dict:
     return {"params": best["params"], "batch_stats": best["batch_stats"], **best["extra"]}
 
 
+def reported_variables(state, meta: dict) -> tuple[dict, dict]:
+    """The model a checkpoint stands for and how it was chosen: ``(variables, info)``.
+
+    ``state``: a restored train-state tree (a dict, :func:`invjax.checkpoint.restore_latest`
+    without a target); ``meta``: its meta. The best-validation copy where the run selects one
+    (``info['selected_by'] = 'best validation'``, ``info['model_epoch']`` its epoch), else the
+    current variables (``'last epoch'``, the checkpoint's epoch). The same choice as
+    :func:`invjax.checkpoint.load_params` and the trainer's final evaluation.
+    """
+    best = state.get("best") or {}
+    source = best or state
+    variables = {"params": source["params"], "batch_stats": source.get("batch_stats") or {}}
+    variables.update(source.get("extra") or {})
+    if best:
+        info = {"selected_by": "best validation", "model_epoch": meta.get("best_epoch")}
+    else:
+        info = {"selected_by": "last epoch", "model_epoch": meta.get("epoch")}
+    return variables, info
+
+
 def init_variables(model, image_shape, rng) -> dict:
     x = jnp.zeros((1, *image_shape), jnp.float32)
     variables = dict(model.init({"params": rng, "dropout": rng}, x, train=False))

@@ -117,9 +117,11 @@ def evaluate(eval_step, variables, split, batch_size: int, mesh) -> tuple[float,
     """Mean loss and error (percent) of ``variables`` on a split; NaN for an empty split.
 
     Each process reads only its devices' rows of every batch (:func:`parallel.gather_batch`);
-    the masked sums are reduced over all devices by the step.
+    the masked sums are reduced over all devices by the step. ``batch_size`` is rounded up to a
+    multiple of the devices (:func:`parallel.per_device_batch`): the extra rows are masked.
     """
     n = len(split)
+    batch_size = parallel.per_device_batch(batch_size, mesh)
     if n == 0:
         return math.nan, math.nan
     outs = []
