@@ -149,14 +149,37 @@ def _pm(mean: float, std: float, n: int = 2) -> str:
     return f"{mean:.2f} (n=1)" if n == 1 else f"{mean:.2f} ± {std:.2f}"
 
 
-def _params(p) -> str:
+def _flat_counts(rows: Sequence[dict]) -> list[int]:
+    out = []
+    for r in rows:
+        p = r.get("params")
+        out += [int(x) for x in (p if isinstance(p, list) else [p]) if isinstance(x, int)]
+    return out
+
+
+def params_unit(counts: Sequence[int]) -> tuple[str, float, int]:
+    """``(suffix, divisor, decimals)``: one unit for a whole column of parameter counts, chosen
+    by the largest (``M`` from a million, ``k`` from ten thousand), with the decimals that give the
+    smallest at least two significant digits (at most 3): ``0.072M`` beside ``36.48M``."""
+    big = max(counts, default=0)
+    suffix, div = ("M", 1e6) if big >= 1e6 else ("k", 1e3) if big >= 1e4 else ("", 1.0)
+    small = min((c for c in counts if c > 0), default=big) / div
+    decimals = 0 if not suffix else min(3, max(1, 1 - math.floor(math.log10(small or 1))))
+    return suffix, div, decimals
+
+
+def _params(p, unit=None) -> str:
+    suffix, div, decimals = unit or params_unit(_flat_counts([{"params": p}]))
     if isinstance(p, list):
-        return "/".join(_params(x) for x in p) if p else "n/a"
-    return f"{p / 1e6:.2f}M" if p >= 1e5 else str(p)
+        return "/".join(_params(x, (suffix, div, decimals)) for x in p) if p else "n/a"
+    if not isinstance(p, int):
+        return "n/a"
+    return f"{p / div:.{decimals}f}{suffix}"
 
 
 def table(rows: Sequence[dict], markdown: bool = False) -> str:
-    """The rows as an aligned text table, or a Markdown table."""
+    """The rows as an aligned text table, or a Markdown table (parameter counts in one unit)."""
+    unit = params_unit(_flat_counts(rows))
     header = [
         "experiment",
         "dataset",
@@ -175,7 +198,7 @@ def table(rows: Sequence[dict], markdown: bool = False) -> str:
             str(r["runs"]),
             _pm(r["test_error_mean"], r["test_error_std"], r["test_error_n"]),
             _pm(r["val_error_mean"], r["val_error_std"], r["val_error_n"]),
-            _params(r["params"]),
+            _params(r["params"], unit),
             "n/a" if math.isnan(r["wall_time_s_mean"]) else f"{r['wall_time_s_mean']:.0f}",
         ]
         for r in rows
@@ -216,6 +239,37 @@ def _percent_axis(axis, log: bool) -> None:
         axis.set_minor_formatter(ticker.FuncFormatter(pct))
 
 
+def _log_axis_ticks(axis, lo: float, hi: float, fmt) -> None:
+    """Labelled ticks on a log axis spanning ``[lo, hi]`` that cannot crowd: 1..9 times a power
+    of ten within half a decade, 1, 2 and 5 times each power of ten up to two decades, only the
+    powers of ten beyond (at most seven); unlabelled minor ticks. Matplotlib's default labels every minor tick of a narrow log
+    axis (1.2, 1.4, 1.6 ... overlapping) and mixes notations (``2x10^0`` beside ``3``)."""
+    from matplotlib import ticker
+
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 0.0
+    if decades <= 0.5:  # 1..9: at most five labels inside half a decade
+        major = ticker.LogLocator(base=10, subs=tuple(float(k) for k in range(1, 10)))
+    elif decades <= 2:
+        major = ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0))
+    else:
+        major = ticker.LogLocator(base=10, subs=(1.0,), numticks=7)
+    axis.set_major_locator(major)
+    axis.set_major_formatter(ticker.FuncFormatter(fmt))
+    axis.set_minor_locator(ticker.LogLocator(base=10, subs="auto"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _n_train_axis(axis, sizes: Sequence[int]) -> None:
+    """The N_t axis (log): a labelled tick at each training size of the plot, all in one plain
+    notation (``20``, ``1,079``), no labelled minor ticks (``2x10^1`` beside ``100``)."""
+    from matplotlib import ticker
+
+    axis.set_major_locator(ticker.FixedLocator(sorted(set(sizes))))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    axis.set_minor_locator(ticker.NullLocator())
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
 def short_labels(names: Sequence[str]) -> dict[str, str]:
     """Legend labels: ``stem[k=v, ...]`` names without the overrides they all share (a plot of a
     sweep over one key then shows just that key)."""
@@ -238,7 +292,6 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
     plt = _pyplot()
     if plt is None:
         return None
-    from matplotlib import ticker
 
     curves: dict[str, dict[str, list[dict]]] = {}
     for r in rows:
@@ -267,7 +320,7 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
             ax.fill_between(x, lo, [a + b for a, b in zip(m, s)], alpha=0.2)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        _n_train_axis(ax.xaxis, [r["n_train"] for rs in exps.values() for r in rs])
         _percent_axis(ax.yaxis, log=True)
         ax.set_xlabel("training images N_t")
         ax.set_ylabel("test error (mean ± std over seeds)")
@@ -335,11 +388,14 @@ def plot_curves(runs: Sequence[tuple[str, dict]], runs_dir: str, path: str) -> s
     _percent_axis(ax_err.yaxis, log=False)
     ax_loss.set_ylabel("cross-entropy loss")
     ax_loss.set_yscale("log")
-    from matplotlib import ticker
-
-    plain = ticker.FuncFormatter(lambda v, _: f"{v:g}")  # 1.6, not 1.6x10^0
-    ax_loss.yaxis.set_major_formatter(plain)
-    ax_loss.yaxis.set_minor_formatter(plain)
+    losses = [
+        x["loss"]
+        for _, _, m in curves
+        for x in m
+        if not x.get("final") and isinstance(x.get("loss"), int | float) and x["loss"] > 0
+    ]
+    if losses:
+        _log_axis_ticks(ax_loss.yaxis, min(losses), max(losses), lambda v, _: f"{v:g}")
     for ax in (ax_err, ax_loss):
         ax.set_xlabel("epoch")
         ax.grid(True, which="both", alpha=0.3)

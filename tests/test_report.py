@@ -337,3 +337,71 @@ def test_legend_labels_drop_the_overrides_all_curves_share():
         names[1]: "digits_cnn[model.width=32]",
     }
     assert report.short_labels(["a", "b[x=1]"]) == {"a": "a", "b[x=1]": "b[x=1]"}
+
+
+def _labels(fig, axis, minor=False):
+    """The drawn, non-empty tick labels of ``axis``: ``[(text, bounding box)]``."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    out = []
+    for t in axis.get_ticklabels(minor=minor):
+        if t.get_visible() and t.get_text():
+            out.append((t.get_text(), t.get_window_extent(renderer)))
+    return out
+
+
+@pytest.mark.parametrize("lo, hi", [(0.62, 0.95), (0.9, 2.3), (0.05, 2.3), (1e-4, 2.3)])
+def test_loss_axis_ticks_do_not_overlap(lo, hi):
+    """Issue 20: the loss axis of the training curves labelled every minor tick of a narrow log
+    range (overlapping). Now 2+ labels, in one plain notation, none overlapping."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    ax.plot([1, 2, 3], [hi, (lo * hi) ** 0.5, lo])
+    ax.set_yscale("log")
+    report._log_axis_ticks(ax.yaxis, lo, hi, lambda v, _: f"{v:g}")
+    lo_y, hi_y = ax.get_ylim()
+    shown = [
+        (t, box)
+        for t, box in _labels(fig, ax.yaxis) + _labels(fig, ax.yaxis, minor=True)
+        if lo_y <= float(t) <= hi_y
+    ]
+    plt.close(fig)
+    assert len(shown) >= 2, shown
+    assert all("10^" not in t and "times" not in t for t, _ in shown), shown
+    ys = sorted((b.y0, b.y1) for _, b in shown)
+    assert all(a[1] <= b[0] for a, b in zip(ys, ys[1:])), (lo, hi, [t for t, _ in shown])
+
+
+def test_n_train_ticks_in_one_notation(runs, tmp_path):
+    """Issue 20: the N_t axis mixed ``2x10^1`` (minor ticks) with ``100``: now one tick per
+    training size of the plot, all plain numbers."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    fig, ax = plt.subplots()
+    ax.plot([20, 50, 100, 300, 1079], [30, 20, 10, 5, 3])
+    ax.set_xscale("log")
+    report._n_train_axis(ax.xaxis, [20, 50, 100, 300, 1079])
+    texts = [t for t, _ in _labels(fig, ax.xaxis) + _labels(fig, ax.xaxis, minor=True)]
+    plt.close(fig)
+    assert texts == ["20", "50", "100", "300", "1,079"], texts
+
+
+def test_parameter_counts_in_one_unit():
+    """Issue 20: counts were ``36.48M`` beside ``7234``; now one unit for the column."""
+    rows = [{"params": 36_479_194}, {"params": 7_234}, {"params": [1_500_000, 2_000_000]}]
+    unit = report.params_unit(report._flat_counts(rows))
+    assert unit[0] == "M"
+    cells = [report._params(r["params"], unit) for r in rows]
+    assert cells == ["36.479M", "0.007M", "1.500M/2.000M"], cells
+    assert all(c.count("M") == len(c.split("/")) for c in cells)
+    small = [{"params": 7_234}, {"params": 95_000}]
+    unit = report.params_unit(report._flat_counts(small))
+    assert [report._params(r["params"], unit) for r in small] == ["7.2k", "95.0k"]
+    table = report.table(
+        [
+            dict(experiment="a", dataset="d", n_train=20, runs=1, test_error_mean=1.0,
+                 test_error_std=0.0, test_error_n=1, val_error_mean=1.0, val_error_std=0.0,
+                 val_error_n=1, params=p, wall_time_s_mean=1.0)
+            for p in (36_479_194, 7_234)
+        ]
+    )  # fmt: skip
+    assert "36.479M" in table and "0.007M" in table and " 7234 " not in table

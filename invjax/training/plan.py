@@ -48,6 +48,7 @@ import dataclasses
 import json
 import math
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,7 @@ from invjax import checkpoint
 from invjax import data as data_lib
 from invjax import workdir as workdir_lib
 from invjax.layers.heads import STREAMS as STREAM_NAMES
+from invjax.logging_utils import format_duration
 from invjax.training import loop
 from invjax.training.experiment import Experiment, check_resume_config, prepare, with_sources
 
@@ -360,23 +362,42 @@ def _execute(plan: Plan, say: Callable[[str], None], record: dict | None) -> dic
             _write_results(plan.workdir, results)
         return results
     n = len(plan.stages) - 1
+    left = {id(s): _steps_left(s) for s in plan.stages if s.results is None}
+    total, done, t0 = sum(left.values()), 0, time.perf_counter()
     for i, stage in enumerate(plan.stages):
         where = f"[{i + 1}/{n + 1}] {stage.label} in {stage.workdir}"
         if stage.results is not None:
             say(f"{where}: finished before, reused (test_error={_error(stage.results)})")
             continue
-        say(f"{where}")
+        say(f"{where}; {_job_eta(total - done, total, done, time.perf_counter() - t0)}")
         try:  # phase 2's sources, which phase 1 has just written
             exp = with_sources(stage.experiment)
         except ValueError as e:  # CheckpointError too
             raise StageError(f"{stage.label} in {stage.workdir} cannot start: {e}") from e
         stage.results = loop.run(exp)
+        done += left[id(stage)]
         stage.experiment = None  # its dataset and restored state are no longer needed
         if record and stage.name != "head" and "config_file" not in stage.results:
             stage.results.update(record, stream=stage.name)
             _write_results(stage.workdir, stage.results)
         say(f"{stage.label}: test_error={_error(stage.results)}")
     return _combine(plan, record)
+
+
+def _steps_left(stage: Stage) -> int:
+    """Optimiser steps a prepared stage still has to run (its restored step counted done)."""
+    exp = stage.experiment
+    return exp.num_steps - (exp.restored.step if exp.restored is not None else 0)
+
+
+def _job_eta(left: int, total: int, done: int, elapsed: float) -> str:
+    """The whole job's remaining work, and its ETA at the steps-per-second of the stages run so
+    far (per-step costs differ between streams and the head: an estimate that each finished
+    stage refines; none before the first)."""
+    text = f"job: {left} of {total} steps left"
+    if not done:
+        return text + " (job ETA after the first stage)"
+    return text + f", job ETA {format_duration(left * elapsed / done)} at the rate so far"
 
 
 def _combine(plan: Plan, record: dict) -> dict:
