@@ -133,7 +133,9 @@ def main(argv=None) -> int:
         "--all", action="store_true", help="count every model of configs/models.py (one line each)"
     )
     p.add_argument("--input_shape", help="H,W,C (default: from the dataset)")
-    p.add_argument("--list", action="store_true", help="list the model and config names, one a line")
+    p.add_argument(
+        "--list", action="store_true", help="list the model and config names, one a line"
+    )
     args = p.parse_args(argv)
     try:
         return _run(p, args)
