@@ -36,6 +36,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.val_fraction = 0.2  # validation share where the dataset defines none (80:20)
     config.data.data_dir = config_dict.placeholder(str)  # TFDS dir; None = $TFDS_DATA_DIR or ~
     config.data.augment = "default"  # 'default' = the dataset's standard augmentation, or a name
+    config.data.path = config_dict.placeholder(str)  # data.name='image_folder': its DIR
+    config.data.image_size = config_dict.placeholder(tuple)  # image_folder: resize to (H, W)
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "cnn"

@@ -14,6 +14,8 @@ See :mod:`invjax.data.datasets` for the datasets, splits and config fields.
 from invjax.data import augment
 from invjax.data.datasets import (
     DATASETS,
+    IMAGE_FOLDER,
+    NAMES,
     Dataset,
     Split,
     check_config,
@@ -28,6 +30,8 @@ from invjax.data.subsets import balanced_subset, epoch_order
 
 __all__ = [
     "DATASETS",
+    "IMAGE_FOLDER",
+    "NAMES",
     "Dataset",
     "DatasetNotPreparedError",
     "Split",

@@ -16,6 +16,9 @@ mnist           TFDS ``mnist`` train/test; 80:20 validation split        none
 cifar10         TFDS ``cifar10`` train/test; 80:20 validation split      crop_flip
 svhn_cropped    TFDS ``svhn_cropped`` core train/test (no 'extra'); 80:20 none
 stl10           TFDS ``stl10`` labelled train/test; 80:20                crop_flip_cutout
+image_folder    your images, ``data.path=DIR``: DIR/train/<class>/*.png, none
+                DIR/test/...; DIR/val/... or 80:20 (see
+                :mod:`invjax.data.image_folder`: size rule, channels)
 ==============  ======================================================  ==================
 
 Validation. Where the dataset defines a validation split (Scaled-MNIST, the digits) it is used;
@@ -68,6 +71,24 @@ DATASETS: dict[str, tuple[tuple[int, int, int], int, str]] = {
     "svhn_cropped": _tfds("svhn_cropped", "none"),
     "stl10": _tfds("stl10", "crop_flip_cutout"),
 }
+#: Label k's name per dataset (TFDS's names; image folders: their class folders).
+_DIGITS = tuple(str(k) for k in range(10))
+CLASS_NAMES: dict[str, tuple[str, ...]] = {
+    **{n: _DIGITS for n in ("scaled_digits", "rotscaled_digits", "digits", "mnist_scale")},
+    "mnist": _DIGITS,
+    "svhn_cropped": _DIGITS,
+    "cifar10": (
+        "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+    ),
+    "stl10": (
+        "airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship", "truck",
+    ),
+}  # fmt: skip
+#: The user's own images (:mod:`invjax.data.image_folder`, imported when used: it is also a
+#: command, ``python -m invjax.data.image_folder``).
+IMAGE_FOLDER = "image_folder"
+#: Every ``data.name``: the table above and the user's own image folders.
+NAMES = (*DATASETS, IMAGE_FOLDER)
 VAL_SPLIT_SEED = 0  # the 80:20 validation split is the same for every run
 DEFAULT_SUBSET = {"svhn_cropped": "stratified"}  # every other dataset: "balanced"
 
@@ -106,6 +127,7 @@ class Dataset:
     mean: np.ndarray
     std: np.ndarray
     augment: str
+    class_names: tuple[str, ...] = ()
 
 
 def default_config():
@@ -122,6 +144,8 @@ def default_config():
             "data_dir": ml_collections.config_dict.placeholder(str),
             "augment": "default",
             "subset": "default",
+            "path": ml_collections.config_dict.placeholder(str),
+            "image_size": ml_collections.config_dict.placeholder(tuple),
         }
     )
 
@@ -135,9 +159,18 @@ def _get(cfg, key, default):
 def check_config(cfg) -> dict:
     """Validate ``config.data`` before any loading; returns the resolved fields."""
     name = _get(cfg, "name", None)
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r} (data.name): valid names are {list(DATASETS)}")
-    shape, num_classes, default_aug = DATASETS[name]
+    if name not in NAMES:
+        raise ValueError(f"unknown dataset {name!r} (data.name): valid names are {list(NAMES)}")
+    folder = None
+    if name == IMAGE_FOLDER:  # the folder's own classes and image size
+        from invjax.data import image_folder
+
+        folder = image_folder.scan(_get(cfg, "path", None), _get(cfg, "image_size", None))
+        shape, num_classes = folder.image_shape, len(folder.classes)
+        default_aug, class_names = image_folder.DEFAULT_AUGMENT, folder.classes
+    else:
+        shape, num_classes, default_aug = DATASETS[name]
+        class_names = CLASS_NAMES[name]
     aug = _get(cfg, "augment", "default")
     aug = default_aug if aug in (None, "default") else aug
     if aug not in augment_lib.AUGMENTATIONS:
@@ -182,6 +215,8 @@ def check_config(cfg) -> dict:
         "realisation": realisation,
         "n_train": int(n_train),
         "data_dir": _get(cfg, "data_dir", None),
+        "class_names": tuple(class_names),
+        "folder": folder,
     }
 
 
@@ -217,6 +252,11 @@ def _raw_splits(opts) -> tuple[Split, Split | None, Split]:
     if name == "mnist_scale":
         d = scaled_mnist.load_realisation(r, data_dir)
         return tuple(Split(d[f"{s}_images"], d[f"{s}_labels"]) for s in scaled_mnist.SPLITS)
+    if name == IMAGE_FOLDER:
+        from invjax.data import image_folder
+
+        train, val, test = (image_folder.read_split(opts["folder"], s) for s in image_folder.SPLITS)
+        return Split(*train), None if val is None else Split(*val), Split(*test)
     train, test = (Split(*sources.read_split(name, s, data_dir)) for s in ("train", "test"))
     return train, None, test
 
@@ -262,6 +302,7 @@ def load(cfg) -> Dataset:
         mean=mean,
         std=std,
         augment=opts["augment"],
+        class_names=opts["class_names"],
     )
 
 

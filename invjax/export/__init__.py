@@ -46,6 +46,7 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import os
 import re
 from collections.abc import Sequence
 
@@ -197,10 +198,17 @@ class ExportedModel:
     function of ``(arrays, images)`` for callers that jit or shard it themselves.
     """
 
-    def __init__(self, program: jax.export.Exported, arrays: dict, input_shape: Sequence[int]):
+    def __init__(
+        self,
+        program: jax.export.Exported,
+        arrays: dict,
+        input_shape: Sequence[int],
+        input_dtype: str = "float32",
+    ):
         self.program = program
         self.arrays = dict(arrays)
         self.input_shape = tuple(int(s) for s in input_shape)
+        self.input_dtype = str(input_dtype)
         self._jitted = jax.jit(program.call)
 
     def apply(self, arrays, images):
@@ -208,7 +216,15 @@ class ExportedModel:
         return self.program.call(arrays, images)
 
     def __call__(self, images):
-        images = jnp.asarray(images, jnp.float32)
+        if self.input_dtype == "uint8":
+            if np.asarray(images).dtype != np.uint8:
+                raise ValueError(
+                    f"images of dtype {np.asarray(images).dtype} do not fit this export: it takes "
+                    "uint8 images (0..255, as the dataset stores them)"
+                )
+            images = jnp.asarray(images)
+        else:
+            images = jnp.asarray(images, jnp.float32)
         if images.ndim != 4 or tuple(images.shape[1:]) != self.input_shape:
             raise ValueError(
                 f"images of shape {tuple(images.shape)} do not fit this export: expected "
@@ -252,7 +268,11 @@ class ExportedModel:
     def save(self, path) -> None:
         """Write ``path`` (``.npz``, no pickle): the serialised program, a JSON header and the
         arrays (``a/<key>``). See the package doc for loading it with jax alone."""
-        meta = {"format": FORMAT, "input_shape": list(self.input_shape)}
+        meta = {
+            "format": FORMAT,
+            "input_shape": list(self.input_shape),
+            "input_dtype": self.input_dtype,
+        }
         np.savez(
             path,
             **{_PROGRAM: np.frombuffer(bytes(self.program.serialize()), np.uint8)},
@@ -262,7 +282,20 @@ class ExportedModel:
 
     @classmethod
     def load(cls, path) -> ExportedModel:
-        with np.load(path, allow_pickle=False) as f:
+        if not os.path.isfile(path):
+            raise ValueError(f"{path}: no such file (an invjax export is a .npz file)")
+        try:
+            f = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:  # text, pickle, truncated, unreadable
+            raise ValueError(
+                f"{path} is not an invjax export (an .npz file written by invjax.export): "
+                f"NumPy cannot read it as one ({type(e).__name__})"
+            ) from None
+        if not isinstance(f, np.lib.npyio.NpzFile):  # a single array (.npy)
+            raise ValueError(
+                f"{path} is not an invjax export: it holds one array, not an export's .npz entries"
+            )
+        with f:
             if _PROGRAM not in f.files or _META not in f.files:
                 raise ValueError(
                     f"{path} is not an invjax export: it has no '{_PROGRAM}' / '{_META}' entry"
@@ -276,11 +309,18 @@ class ExportedModel:
         if set(want) != set(arrays):
             missing = sorted(set(want) - set(arrays))[:3]
             raise ValueError(f"{path}: arrays {missing} of the program are missing")
-        return cls(program, arrays, meta["input_shape"])
+        return cls(program, arrays, meta["input_shape"], meta.get("input_dtype", "float32"))
 
 
-def load(path) -> ExportedModel:
-    """:meth:`ExportedModel.load`."""
+def load(path):
+    """An export: a directory written by ``python -m invjax.export`` (an
+    :class:`~invjax.export.artifact.ExportedRun`, raw images in, checked against its manifest)
+    or an ``.npz`` file written by :meth:`ExportedModel.save` (:meth:`ExportedModel.load`).
+    ValueError naming the path for anything else."""
+    if os.path.isdir(path):
+        from invjax.export import artifact
+
+        return artifact.ExportedRun.load(path)
     return ExportedModel.load(path)
 
 
@@ -294,8 +334,28 @@ def _check_image_shape(image_shape) -> tuple[int, int, int]:
     return shape
 
 
+INPUT_DTYPES = ("float32", "uint8")
+
+
+def _normalised_forward(model, mean, std, arrays: dict, images):
+    """``_forward`` on ``(to_unit(images) - mean) / std``: the trainer's
+    :func:`invjax.data.to_float` inside the program (uint8 / 255, float as it is)."""
+    x = images.astype(jnp.float32)
+    if images.dtype == jnp.uint8:
+        x = x / 255.0
+    x = (x - jnp.asarray(mean, jnp.float32)) / jnp.asarray(std, jnp.float32)
+    return _forward(model, arrays, x)
+
+
 def export(
-    model, variables, image_shape: Sequence[int], *, precision: str = P.EXACT, platforms=PLATFORMS
+    model,
+    variables,
+    image_shape: Sequence[int],
+    *,
+    precision: str = P.EXACT,
+    platforms=PLATFORMS,
+    input_dtype: str = "float32",
+    normalise=None,
 ) -> ExportedModel:
     """The eval-mode network ``model.apply(variables, x, train=False)`` as an :class:`ExportedModel`.
 
@@ -306,8 +366,23 @@ def export(
       image_shape: ``(H, W, C)`` of the images the export will take.
       precision: the :mod:`invjax.precision` the program is traced (and serialised) in.
       platforms: the backends the serialised program is lowered for (None: the default one).
+      input_dtype: the dtype of the images the program takes: ``'float32'`` or ``'uint8'``.
+      normalise: None (the program takes the network's input as it is), or ``(mean, std)``
+        (``[C]`` each, [0, 1] units): the program takes images as the dataset stores them
+        (uint8 0..255 or float 0..1) and applies ``(x / 255 - mean) / std`` (uint8) or
+        ``(x - mean) / std`` (float) itself, as :func:`invjax.data.to_float` does in training.
     """
     shape = _check_image_shape(image_shape)
+    if input_dtype not in INPUT_DTYPES:
+        raise ValueError(f"export: input_dtype={input_dtype!r} is invalid: one of {INPUT_DTYPES}")
+    if input_dtype == "uint8" and normalise is None:
+        raise ValueError("export: input_dtype='uint8' needs normalise=(mean, std)")
+    if normalise is not None:
+        mean, std = (np.asarray(a, np.float32).reshape(-1) for a in normalise)
+        if mean.shape != (shape[2],) or std.shape != (shape[2],) or not (std > 0).all():
+            raise ValueError(
+                f"export: normalise=(mean, std) must be {shape[2]} values each, std > 0"
+            )
     P.check(precision, "export precision")
     if not isinstance(model, nn.Module):
         raise ValueError(
@@ -326,10 +401,14 @@ def export(
     arrays = _flat_arrays(variables, _collect(model, variables, shape))
     (batch,) = jax.export.symbolic_shape("b")
     specs = {k: jax.ShapeDtypeStruct(a.shape, a.dtype) for k, a in arrays.items()}
-    images = jax.ShapeDtypeStruct((batch,) + shape, jnp.float32)
+    images = jax.ShapeDtypeStruct((batch,) + shape, jnp.dtype(input_dtype))
+    forward = (
+        functools.partial(_forward, model)
+        if normalise is None
+        else functools.partial(_normalised_forward, model, mean, std)
+    )
     with P.scope(precision):
         program = jax.export.export(
-            jax.jit(functools.partial(_forward, model)),
-            platforms=None if platforms is None else tuple(platforms),
+            jax.jit(forward), platforms=None if platforms is None else tuple(platforms)
         )(specs, images)
-    return ExportedModel(program, arrays, shape)
+    return ExportedModel(program, arrays, shape, input_dtype)

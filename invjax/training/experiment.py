@@ -156,13 +156,16 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
             functools.partial(init_variables, model, ds.image_shape), jax.random.PRNGKey(0)
         )
         logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
-    except ValueError:
-        raise  # the model's own message about its config or input
+    except ValueError as e:  # the model's own message about its config or input
+        if ds.name != data_lib.IMAGE_FOLDER:
+            raise
+        raise ValueError(f"{e} {_resize_hint(ds)}") from e
     except Exception as e:  # noqa: BLE001 (shape errors surface as TypeError etc. deep in JAX)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        hint = f" {_resize_hint(ds)}" if ds.name == data_lib.IMAGE_FOLDER else ""
         raise ValueError(
             f"model {config.model.name!r} cannot take images of shape {x.shape} (dataset "
-            f"{ds.name!r}, [N, H, W, C]): {type(e).__name__}: {first}"
+            f"{ds.name!r}, [N, H, W, C]): {type(e).__name__}: {first}{hint}"
         ) from e
     if tuple(logits.shape) != (2, ds.num_classes):
         raise ValueError(
@@ -209,6 +212,14 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
         precision=precision,
         eval_precision=eval_precision,
         variables=variables,
+    )
+
+
+def _resize_hint(ds) -> str:
+    h, w, c = ds.image_shape
+    return (
+        f"(the image folder's images are {h}x{w}x{c}: resize them to a size the model takes "
+        "with --config.data.image_size=(H, W), e.g. the size of the dataset its config is for)"
     )
 
 

@@ -123,6 +123,8 @@ def _num_classes(config) -> int | None:
     n = config.model.get("num_classes")
     if n is None and config.data.get("name") in data_lib.DATASETS:
         n = data_lib.DATASETS[config.data.name][1]
+    elif n is None and config.data.get("name") in data_lib.NAMES:  # an image folder: its classes
+        n = data_lib.check_config(config.data)["num_classes"]
     return n
 
 
