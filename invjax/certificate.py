@@ -57,7 +57,8 @@ def exact_elements(model_cfg) -> list[tuple[str, G.Group, int]]:
     ]
 
 
-def _max_rel(a, b) -> float:
+def max_relative_change(a, b) -> float:
+    """``max_n ||a_n - b_n||_2 / ||b_n||_2`` over the rows of ``a``, ``b`` (float64)."""
     a = np.asarray(a, np.float64).reshape(len(a), -1)
     b = np.asarray(b, np.float64).reshape(len(b), -1)
     return float(np.max(np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)))
@@ -98,7 +99,10 @@ def certify(model, variables, model_cfg, images, mean, std, precisions=(P.EXACT,
                 variables, batch
             )
         logits = np.asarray(logits).reshape(len(elements) + 1, len(x), -1)
-        errors = {lab: _max_rel(logits[i + 1], logits[0]) for i, (lab, _, _) in enumerate(elements)}
+        errors = {
+            lab: max_relative_change(logits[i + 1], logits[0])
+            for i, (lab, _, _) in enumerate(elements)
+        }
         out["by_precision"][name] = {
             "max_relative_error": errors,
             "holds": bool(max(errors.values()) < BOUND),

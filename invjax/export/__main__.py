@@ -1,0 +1,63 @@
+"""Export a finished run: ``python -m invjax.export --workdir=RUN --out=DIR``.
+
+Writes ``DIR/model.npz`` (the serialised program: raw images in, logits out) and
+``DIR/manifest.json`` (its contract and guarantees; :mod:`invjax.export.artifact`). Prints what
+was exported and the exported program's own test error beside the run's. Bad input (no such
+run, an unfinished run, an existing ``--out``) is one message, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m invjax.export",
+        description=__doc__.split("\n")[0],
+        epilog="Load it with invjax.export.load(DIR): a callable from raw images to logits.",
+    )
+    p.add_argument("--workdir", required=True, help="the run's directory (python -m invjax.main)")
+    p.add_argument("--out", required=True, help="a new directory for the export")
+    p.add_argument(
+        "--platforms",
+        default=None,
+        help="comma list of jax.export platforms to lower for, e.g. cpu,cuda (default: this "
+        "machine's backend)",
+    )
+    args = p.parse_args(argv)
+    from invjax.export import artifact
+
+    platforms = tuple(s.strip() for s in args.platforms.split(",")) if args.platforms else None
+    try:
+        m = artifact.export_run(args.workdir, args.out, platforms)
+    except ValueError as e:  # CheckpointError and DatasetNotPreparedError too
+        print(f"invjax.export: error: {e}", file=sys.stderr)
+        return 2
+    src, inp, err, inv = m["source"], m["input"], m["test_error"], m["invariance"]
+    print(
+        f"exported {src['workdir']} (step {src['step']}, {src['selected_by']}: epoch "
+        f"{src['model_epoch']}'s model) to {args.out}"
+    )
+    print(
+        f"input {inp['dtype']} {inp['shape']} in {inp['range']} (normalised inside the program); "
+        f"{len(m['output']['classes'])} classes; precision {m['precision']['name']}"
+    )
+    print(
+        f"test error of the export {err['export']:.2f}% on {err['n_test']} raw test images "
+        f"(the run: {err['run']:.2f}%{'' if err['identical'] else ', DIFFERENT'})"
+    )
+    if inv["exact_elements"]:
+        worst = max(inv["max_relative_error"].values())
+        print(
+            f"exact invariance to {', '.join(inv['exact_elements'])}: max relative change "
+            f"{worst:.2g} (bound {inv['bound']:g}: {'holds' if inv['holds'] else 'FAILS'})"
+        )
+    else:
+        print("no exact invariance guaranteed by this architecture")
+    return 0 if err["identical"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
