@@ -147,7 +147,8 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
     elif num_classes != ds.num_classes:
         raise ValueError(
             f"model.num_classes={num_classes} but dataset {ds.name!r} has {ds.num_classes} "
-            "classes: leave model.num_classes unset (None) or set it to the dataset's"
+            "classes: leave model.num_classes unset (None) or set it to the dataset's "
+            f"(--config.model.num_classes={ds.num_classes})"
         )
     model = models.build(config.model)
     x = jax.ShapeDtypeStruct((2, *ds.image_shape), jnp.float32)

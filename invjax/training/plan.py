@@ -206,7 +206,7 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     """The single-stream config of phase 1's stream ``name``.
 
     Same seed, data and ``multi_host`` as ``config``; model ``config.model.streams.<name>`` (with
-    the multi-stream ``width_divisor`` if one is set, and the resolved ``num_classes``); train
+    the multi-stream ``width_divisor`` if one is set, and the network's ``num_classes``); train
     ``config.phase1.<name>.train``. Built with the same keys as a single-stream config file, so
     that a run of, e.g., ``configs/cifar10_e2_ii.py`` with the same data and seed is the same
     experiment and can be reused through ``config.phase1.<name>.workdir``.
@@ -223,8 +223,9 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     with model.unlocked():
         if config.model.get("width_divisor") is not None:
             model.width_divisor = float(config.model.width_divisor)
-        if model.get("num_classes") is None:
-            model.num_classes = _num_classes(config)
+        # The stream's classifier has the whole network's classes (a config written for a
+        # 10-class dataset, run on an image folder with --config.model.num_classes=K).
+        model.num_classes = _num_classes(config)
     c.model = model
     c.train = _copy(config.phase1[name].train)
     with c.train.unlocked():
