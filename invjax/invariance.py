@@ -269,16 +269,20 @@ def read_images(path: str) -> np.ndarray:
             f"--images={path}: no such file (give a .npy file: np.save(path, images), images "
             "float32 [N, H, W, C] in [0, 1])"
         )
-    try:
-        with open(path, "rb") as f:
-            if f.read(6) != b"\x93NUMPY":
-                raise ValueError("no .npy header")
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise ValueError(
-            f"--images={path} is not a NumPy .npy array file ({e}): save the images with "
-            "np.save(path, images), images float32 [N, H, W, C] in [0, 1]"
-        ) from e
+    with open(path, "rb") as f:
+        header = f.read(6) == b"\x93NUMPY"
+    why = "it has no .npy header (a text or other file)"
+    if header:
+        try:
+            return np.load(path, allow_pickle=False)
+        except ValueError:  # numpy's own message suggests unpickling: never done here
+            why = "it holds Python objects, which invjax does not unpickle"
+        except (OSError, EOFError):
+            why = "it is cut short or unreadable"
+    raise ValueError(
+        f"--images={path} is not a NumPy .npy array file ({why}): save the images with "
+        "np.save(path, images), images float32 [N, H, W, C] in [0, 1]"
+    )
 
 
 def _parse_columns(columns: Sequence[str]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import runpy
 import shutil
 import subprocess
@@ -197,6 +198,17 @@ def test_phase_two_trains_only_the_head_on_the_loaded_streams(finished):
     ]
     # The contract's results.json is the combined one.
     assert json.load(open(os.path.join(workdir, "results.json")))["phase1"] == results["phase1"]
+
+
+def test_the_job_logs_its_remaining_steps_and_eta(finished):
+    """Issue 20, 6: a multi-stage job had no ETA for the whole job. Each stage's line names the
+    job's remaining steps (2 streams and the head, 2 epochs of 2 steps each: 12) and, from the
+    second stage on, the job's ETA at the rate so far."""
+    _, _, _, said = finished
+    starts = [m for m in said if m.startswith("[")]
+    assert starts[0].endswith("; job: 12 of 12 steps left (job ETA after the first stage)")
+    assert re.search(r"; job: 8 of 12 steps left, job ETA \d+:\d\d:\d\d at the rate", starts[1])
+    assert re.search(r"; job: 4 of 12 steps left, job ETA \d+:\d\d:\d\d at the rate", starts[2])
 
 
 def test_finished_phases_are_reused_not_recomputed(finished, env):

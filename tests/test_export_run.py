@@ -198,3 +198,16 @@ def test_measured_invariance_of_raw_images(monkeypatch):
         export(plain, pv, (25, 25, 1), input_dtype="uint8", normalise=stats), cfg, x
     )
     assert not inv["holds"] and min(inv["max_relative_error"].values()) > 1e-2, inv
+
+
+def test_invariance_json_names_the_checkpoint_step(exported, capsys):
+    """Issue 20, 6: the invariance JSON did not name the checkpoint step it measured."""
+    from invjax import invariance as I
+
+    run, _, results, _ = exported
+    argv = ["invariance", *TINY, f"--workdir={run}", "--json", "--n_samples=8", "--transforms=flip"]
+    assert I.main(argv) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["variables"] == "checkpoint" and out["checkpoint_step"] == results["steps"] == 4
+    assert out["selected_by"] == "best validation"
+    assert out["model_epoch"] == results["selected_epoch"] and out["n_images"] == 8

@@ -184,7 +184,7 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
         raise ValueError(
             f"train.num_epochs={tc.num_epochs} is invalid: {tc.num_epochs} epochs of "
             f"{steps_per_epoch} steps are {steps_per_epoch * tc.num_epochs:.3g} steps, more than "
-            f"the {MAX_STEPS:.0e} a run may take (invjax.training.experiment.MAX_STEPS): use at "
+            f"the {MAX_STEPS:,} a run may take (invjax.training.experiment.MAX_STEPS): use at "
             f"most {MAX_STEPS // steps_per_epoch} epochs"
         )
     tx = make_optimizer(tc, steps_per_epoch, variables["params"])
