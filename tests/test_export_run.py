@@ -205,7 +205,16 @@ def test_invariance_json_names_the_checkpoint_step(exported, capsys):
     from invjax import invariance as I
 
     run, _, results, _ = exported
-    argv = ["invariance", *TINY, f"--workdir={run}", "--json", "--n_samples=8", "--transforms=flip"]
+    config = os.path.join(os.path.dirname(run), "tiny_config.py")
+    with open(config, "w") as f:  # the run's config (its overrides) as a file
+        f.write(
+            "from configs import digits_cnn\n\n\ndef get_config():\n"
+            "    c = digits_cnn.get_config()\n"
+            "    c.data.name, c.data.n_train, c.model.width = 'digits', 100, 4\n"
+            "    return c\n"
+        )
+    argv = ["invariance", f"--config={config}", f"--workdir={run}", "--json", "--n_samples=8"]
+    argv.append("--transforms=flip")
     assert I.main(argv) == 0, capsys.readouterr().err
     out = json.loads(capsys.readouterr().out)
     assert out["variables"] == "checkpoint" and out["checkpoint_step"] == results["steps"] == 4
