@@ -5,6 +5,10 @@
     exported.save("net.npz"); exported = load("net.npz")
     logits = jax.jit(exported.apply)(exported.arrays, images)   # pure in (arrays, images)
 
+A finished *run* (its reported model, the normalisation inside the program, raw images in, and
+a manifest of the contract and the measured guarantees): ``python -m invjax.export
+--workdir=RUN --out=DIR``, then ``load(DIR)`` (:mod:`invjax.export.artifact`, docs/export.md).
+
 How (one source of truth: the network's own ``__call__``)
   Each layer owns its inference form next to its training form: ``inference_arrays(x)``
   computes, from the layer's variables and the shape of its input ``x``, the arrays that eval
