@@ -38,12 +38,12 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 CONFIGS = REPO / "configs"
-HELPERS = ("__init__", "common", "models")  # configs/ modules that are not experiments
+HELPERS = ("__init__",)  # configs/ modules that are not experiments
 PREPARE = "python -m invjax.data.prepare"
 # Command (as written) -> why it is expected to fail on this branch.
 KNOWN_BROKEN: dict[str, str] = {}
 # Minutes of work even when cheap: only the program's --help is checked.
-HEAVY = {"python -m invjax.models --all": "builds every full-size network of the paper"}
+HEAVY = {"python -m invjax.summary --all": "builds every full-size network of the paper"}
 # Run by pytest itself (this suite): not run again from inside it.
 NOT_RUN = {"python3 -m pytest -q -n 2": "it is this test suite"}
 PLACEHOLDER = re.compile(r"\b(NAME|DIR|FILE|KEY|VALUE)\b|\[|\||\.\.\.")
@@ -258,6 +258,7 @@ def test_every_cli_has_a_useful_help():
         ("invjax.invariance", "--images"),
         ("invjax.report", "--curves"),
         ("invjax.data.prepare", "cifar10"),
+        ("invjax.summary", "--input_shape"),
     ):
         proc = run([sys.executable, "-m", module, "--help"], timeout=120)
         assert proc.returncode == 0 and expect in proc.stdout, (module, proc.stdout[-2000:])

@@ -1,4 +1,4 @@
-"""Every architecture of configs/models.py builds; a representative set initialises abstractly.
+"""Every architecture of invjax/configs/models.py builds; a representative set initialises abstractly.
 
 ``build`` runs every module's validation (groups, widths, heads); ``jax.eval_shape`` of ``init``
 traces the whole network (bases, shapes, parameter trees) without computing, at tiny width.
@@ -11,11 +11,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from configs import models as model_configs
+from invjax.configs import models as model_configs
 from invjax.models import build
-from invjax.models.__main__ import input_shape_for, main
 from invjax.models.common import count_params
 from invjax.models.peers import PEER_COUNTS, PEER_COUNTS_NARROW
+from invjax.summary import input_shape_for, main
 
 NAMES = sorted(model_configs.MODELS)
 
@@ -97,7 +97,7 @@ def test_unknown_name_in_the_command(capsys):
 
 
 def test_config_names_are_accepted(capsys):
-    """The README's ``python -m invjax.models cifar10_triple`` (a config, not a model name)."""
+    """The README's ``python -m invjax.summary cifar10_triple`` (a config, not a model name)."""
     assert main(["cifar10_triple"]) == 0
     out = capsys.readouterr().out
     assert "cifar10_triple: params=" in out and "e2 " in out and "std " in out
@@ -108,7 +108,7 @@ def test_help_names_both_kinds(capsys):
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert "configs/models.py" in out and "cifar10_triple" in out and "--all" in out
+    assert "invjax/configs/models.py" in out and "cifar10_triple" in out and "--all" in out
 
 
 @pytest.mark.parametrize("name,k", sorted(PEER_COUNTS_NARROW))

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import models as model_configs
 from invjax import groups as G
+from invjax.configs import models as model_configs
 from invjax.layers.heads import StreamCombination
 from invjax.models import build
 from invjax.models.multistream import MultiStreamNetwork

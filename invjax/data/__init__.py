@@ -14,6 +14,7 @@ See :mod:`invjax.data.datasets` for the datasets, splits and config fields.
 from invjax.data import augment
 from invjax.data.datasets import (
     DATASETS,
+    DEFAULTS,
     Dataset,
     Split,
     check_config,
@@ -28,6 +29,7 @@ from invjax.data.subsets import balanced_subset, epoch_order
 
 __all__ = [
     "DATASETS",
+    "DEFAULTS",
     "Dataset",
     "DatasetNotPreparedError",
     "Split",

@@ -1,5 +1,5 @@
 """Building blocks shared by the networks: a plain convolution over :func:`invjax.ops.conv.conv2d`,
-width rules, upsampling, and the parameter count / layer table of ``python -m invjax.models``.
+width rules, upsampling, and the parameter count / layer table of ``python -m invjax.summary``.
 """
 
 from __future__ import annotations

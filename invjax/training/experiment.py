@@ -116,7 +116,7 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
     """
     for section in ("data", "model", "train"):
         if section not in config:
-            raise ValueError(f"config has no {section!r} section: start from configs/base.py")
+            raise ValueError(f"config has no {section!r} section: start from invjax/configs/base.py")
     seed = config.seed
     if not is_int(seed) or not 0 <= seed < 2**31:
         raise ValueError(f"seed={seed!r} is invalid: it must be an integer in [0, 2**31)")
