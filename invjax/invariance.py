@@ -60,7 +60,10 @@ Model mode (``--config``)
   own per-channel mean/std (a fresh model has no training statistics). For each transform
   it prints Delta of the logits and of the model's invariant features: the outputs of every II
   or pooling layer of :mod:`invjax.layers.ii` in the model (they sow ``invariant_features``),
-  concatenated; ``null`` when the model has none.
+  concatenated; ``null`` when the model has none. ``exact_elements`` gives, for every element
+  the model's group chain makes exact (:func:`invjax.equivariance.exact_elements`), the largest
+  relative change of the logits over the images (at most the first ``batch_size``), as the run
+  certificate measures it; ``{}`` when there is none.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from invjax import compilation_cache
+from invjax import compilation_cache, equivariance
 from invjax import groups as G
 from invjax import precision as P
 from invjax.models.common import upsample
@@ -521,8 +524,15 @@ def model_invariance(
         for t in transforms:
             delta = invariance_error(fn, images, t, batch_size=batch_size)
             out[t] = {"logits": delta["logits"], "features": delta.get("features")}
+    # The elements the model's own group chain makes exact, and the logits' largest relative
+    # change under each (the run certificate's measure; invjax.equivariance).
+    normalised = (images[:batch_size] - mean) / std
+    exact = equivariance.check_equivariance(
+        model, variables, normalised, precision=precision, train=False
+    )
     return {
         "invariance_error": out,
+        "exact_elements": exact,
         **P.describe(precision),
         "n_images": len(images),
         "model": str(model_cfg.get("name")),
