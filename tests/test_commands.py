@@ -53,7 +53,9 @@ def readme_commands(text: str) -> list[str]:
     """Commands in fenced code blocks (one per line, ``&&`` split, ``\\`` joined) and in inline
     code spans that start with python / python3 / pip / bash."""
     found = []
-    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M):
+    for lang, block in re.findall(r"^```([^\n]*)\n(.*?)^```", text, flags=re.S | re.M):
+        if lang.strip() not in ("", "sh", "bash", "console"):  # a program or a listing
+            continue  # (the README's Python example: tests/test_readme.py runs it)
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line)  # a shell comment
             found += [c.strip() for c in line.split("&&") if c.strip()]
@@ -277,6 +279,7 @@ def test_commands_parser_finds_blocks_spans_and_continuations():
     text = (
         "Run `python -m invjax.report runs\n--markdown` or `pip install -e .`; not `foo`.\n"
         "```\nA=1 python3 -m x --a \\\n  --b && python3 -m y  # a comment\n```\n"
+        "```python\nimport invjax\n```\n"
     )
     assert readme_commands(text) == [
         "A=1 python3 -m x --a    --b",
