@@ -657,6 +657,11 @@ def main(argv=None) -> int:
         for t, d in result["invariance_error"].items():
             feats = "n/a" if d["features"] is None else f"{d['features']:.3g}"
             print(f"{t:<8} features {feats:>10}   logits {d['logits']:.3g}")
+        exact = result["exact_elements"]
+        print(
+            "exact elements (max relative change of the logits): "
+            + (", ".join(f"{k} {v:.2g}" for k, v in exact.items()) or "none")
+        )
         print(f"(precision {result['precision']!r} on {result['device_kind']})")
     return 0
 
