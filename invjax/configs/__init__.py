@@ -18,7 +18,7 @@ A config of your own starts from a shipped one in either of two ways::
     # or from anywhere, by path (as --config=... loads it):
     from invjax.configs import load
     def get_config():
-        config = load("/path/to/invjax/configs/cifar10_e2_ii.py")
+        config = load("/path/to/the/repository/configs/cifar10_e2_ii.py")
         config.train.num_epochs = 10
         return config
 
