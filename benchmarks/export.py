@@ -3,7 +3,7 @@
     python benchmarks/export.py [--batch 64] [--repeats 5] [--size 32] [--width-divisor 4]
                                 [--only e2|triple]
 
-Cases (SVHN backbones, ``configs/models.py``):
+Cases (SVHN backbones, ``invjax/configs/models.py``):
 
 * ``e2``: the E(2)-II WRN16-4 (D8 in every stage, II over D8),
 * ``triple``: the triple network (E(2)-II + Scale-II + std streams, Map-E(2) head),
@@ -81,7 +81,7 @@ def photos(batch: int, size: int) -> jnp.ndarray:
 
 
 def wrn(family: str, divisor: float, **kw) -> WideResNet:
-    """SVHN's WRN16-4 of ``family`` (``configs/models.py``), widths divided by ``divisor``."""
+    """SVHN's WRN16-4 of ``family`` (``invjax/configs/models.py``), widths divided by ``divisor``."""
     if family == "e2":
         kw = {"groups": ("D8", "D8", "D8"), "ii_group": "D8", **kw}
     return WideResNet(family=family, depth=16, widen_factor=4, width_divisor=divisor, **kw)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import runpy
 import statistics
 import tempfile
 import time
@@ -32,10 +31,11 @@ def main() -> None:
     args = parser.parse_args()
 
     from invjax import checkpoint, parallel
+    from invjax.configs import load as load_config
     from invjax.training.experiment import prepare
     from invjax.training.state import state_factory
 
-    config = runpy.run_path(args.config)["get_config"]()
+    config = load_config(args.config)
     config.data.name = args.data
     workdir = tempfile.mkdtemp(prefix="invjax-manifest-bench-")
     exp = prepare(config, workdir)

@@ -13,7 +13,8 @@ appendix table "Classification head HPs on CIFAR-10": batch 128, learning rate 0
 
 from __future__ import annotations
 
-from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std, common, models
+from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std
+from invjax.configs import common, models
 
 
 def get_config():

@@ -9,7 +9,8 @@ hyperparameters: DISCO has no CIFAR-10 recipe: the baseline's (std) hyperparamet
 
 from __future__ import annotations
 
-from configs import cifar10_std, models
+from configs import cifar10_std
+from invjax.configs import models
 
 
 def get_config():

@@ -14,7 +14,8 @@ epochs). Other heads (appendix A.1): ``--config.model.head=concat|map_scale|map_
 
 from __future__ import annotations
 
-from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std, common, models
+from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std
+from invjax.configs import common, models
 
 
 def get_config():

@@ -9,7 +9,8 @@ tune them again).
 
 from __future__ import annotations
 
-from configs import cifar10_triple, models
+from configs import cifar10_triple
+from invjax.configs import models
 
 
 def get_config():

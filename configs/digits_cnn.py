@@ -10,7 +10,7 @@ test; with width 16 and lr 0.02: 26.18% in 66 s).
 
 from __future__ import annotations
 
-from configs import base
+from invjax.configs import base
 
 
 def get_config():

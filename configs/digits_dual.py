@@ -9,7 +9,8 @@ epochs divided by 4 (as SVHN / CIFAR-10), learning rate 1e-2 and weight decay 1e
 
 from __future__ import annotations
 
-from configs import common, digits_e2, digits_scale, digits_std
+from configs import digits_e2, digits_scale, digits_std
+from invjax.configs import common
 
 
 def get_config():

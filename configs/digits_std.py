@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import base
+from invjax.configs import base
 from invjax.groups import DEFAULT_SCALES
 from invjax.models.wrn import DEFAULT_DOWNSAMPLE
 

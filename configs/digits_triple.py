@@ -11,7 +11,8 @@ last, the triple network's ``test_error=X.XX%``.
 
 from __future__ import annotations
 
-from configs import common, digits_dual, digits_e2, digits_scale, digits_std
+from configs import digits_dual, digits_e2, digits_scale, digits_std
+from invjax.configs import common
 
 
 def get_config():

@@ -16,7 +16,7 @@ weight decay (SESN / DISCO).
 
 from __future__ import annotations
 
-from configs import base, models
+from invjax.configs import base, models
 
 
 def get_config():

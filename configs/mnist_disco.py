@@ -7,7 +7,8 @@ DISCO's scale-equivariant CNN (the shipped DISCO basis, kernel 15, effective siz
 
 from __future__ import annotations
 
-from configs import mnist_cnn, models
+from configs import mnist_cnn
+from invjax.configs import models
 
 
 def get_config():

@@ -11,7 +11,8 @@ decay 5e-4 and dropout 0.7 (in the model section). The network reads log A, not 
 
 from __future__ import annotations
 
-from configs import mnist_cnn, models
+from configs import mnist_cnn
+from invjax.configs import models
 
 
 def get_config():

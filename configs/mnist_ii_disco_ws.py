@@ -10,7 +10,8 @@ appendix table "II-DISCO HPs on Scaled-MNIST": batch 128, learning rate 5e-3, we
 
 from __future__ import annotations
 
-from configs import mnist_cnn, models
+from configs import mnist_cnn
+from invjax.configs import models
 
 
 def get_config():

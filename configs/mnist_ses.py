@@ -7,7 +7,8 @@ SESN's scale-equivariant CNN (Hermite basis, kernel 15, effective size 7, 4 scal
 
 from __future__ import annotations
 
-from configs import mnist_cnn, models
+from configs import mnist_cnn
+from invjax.configs import models
 
 
 def get_config():

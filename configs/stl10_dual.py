@@ -13,7 +13,8 @@ recipe's epochs and schedule divided by 10 (100 epochs). Other heads (appendix A
 
 from __future__ import annotations
 
-from configs import common, models, stl10_e2_ii, stl10_scale_ii, stl10_std
+from configs import stl10_e2_ii, stl10_scale_ii, stl10_std
+from invjax.configs import common, models
 
 
 def get_config():

@@ -9,7 +9,8 @@ them again).
 
 from __future__ import annotations
 
-from configs import models, stl10_dual
+from configs import stl10_dual
+from invjax.configs import models
 
 
 def get_config():

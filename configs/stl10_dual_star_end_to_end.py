@@ -9,12 +9,13 @@ every stream, the Map-E(2) head and the classifier train together with the full 
 paper trained it "without tuning any stream-specific hyper-parameters" and does not list the ones
 it used; this config takes the Scale-II stream's (batch 96, learning rate 0.02, weight decay
 1e-3), between the E(2)-II stream's (2e-3) and the baseline's (0.1) learning rates. Dropout stays
-per stream (configs/models.py).
+per stream (invjax/configs/models.py).
 """
 
 from __future__ import annotations
 
-from configs import models, stl10_scale_ii, stl10_std
+from configs import stl10_scale_ii, stl10_std
+from invjax.configs import models
 
 
 def get_config():

@@ -9,7 +9,8 @@ hyperparameters: e2cnn's STL-10 recipe (lr 0.1, weight decay 5e-4, batch 128, dr
 
 from __future__ import annotations
 
-from configs import models, stl10_std
+from configs import stl10_std
+from invjax.configs import models
 
 
 def get_config():

@@ -9,7 +9,8 @@ hyperparameters: DISCO's STL-10 recipe (lr 0.05, weight decay 1e-3, batch 64, dr
 
 from __future__ import annotations
 
-from configs import models, stl10_std
+from configs import stl10_std
+from invjax.configs import models
 
 
 def get_config():

@@ -12,7 +12,7 @@ e2cnn / Cutout for STL-10 (lr 0.1, weight decay 5e-4, batch 128, dropout 0.3).
 
 from __future__ import annotations
 
-from configs import base, models
+from invjax.configs import base, models
 
 
 def get_config():

@@ -13,7 +13,8 @@ weight decay 0.0001, and the recipe's epochs and schedule divided by 10 (100 epo
 
 from __future__ import annotations
 
-from configs import common, models, stl10_e2_ii, stl10_scale_ii, stl10_std
+from configs import stl10_e2_ii, stl10_scale_ii, stl10_std
+from invjax.configs import common, models
 
 
 def get_config():

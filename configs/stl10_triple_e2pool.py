@@ -10,7 +10,8 @@ of Table 4: ``stl10_triple_scalepool.py`` (E(2)-II, Scale pooling: 6.34%),
 
 from __future__ import annotations
 
-from configs import models, stl10_e2, stl10_triple
+from configs import stl10_e2, stl10_triple
+from invjax.configs import models
 
 
 def get_config():

@@ -8,7 +8,8 @@ trains them with their baselines' recipes (``stl10_e2.py``, ``stl10_scale.py``).
 
 from __future__ import annotations
 
-from configs import models, stl10_e2, stl10_scale, stl10_triple
+from configs import stl10_e2, stl10_scale, stl10_triple
+from invjax.configs import models
 
 
 def get_config():

@@ -8,7 +8,8 @@ trains that stream with its own recipe (``stl10_scale.py``: DISCO's hyperparamet
 
 from __future__ import annotations
 
-from configs import models, stl10_scale, stl10_triple
+from configs import stl10_scale, stl10_triple
+from invjax.configs import models
 
 
 def get_config():

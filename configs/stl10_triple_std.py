@@ -12,7 +12,8 @@ the Map head and the classifier as in ``stl10_triple.py``.
 
 from __future__ import annotations
 
-from configs import common, models, stl10_std
+from configs import stl10_std
+from invjax.configs import common, models
 
 
 def get_config():

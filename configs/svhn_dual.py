@@ -13,7 +13,8 @@ recipe's epochs and schedule divided by 4 (40 epochs). Other heads (appendix A.1
 
 from __future__ import annotations
 
-from configs import common, models, svhn_e2_ii, svhn_scale_ii, svhn_std
+from configs import svhn_e2_ii, svhn_scale_ii, svhn_std
+from invjax.configs import common, models
 
 
 def get_config():

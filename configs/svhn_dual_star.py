@@ -9,7 +9,8 @@ them again).
 
 from __future__ import annotations
 
-from configs import models, svhn_dual
+from configs import svhn_dual
+from invjax.configs import models
 
 
 def get_config():

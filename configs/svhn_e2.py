@@ -9,7 +9,8 @@ has no SVHN recipe: the baseline's (std) hyperparameters.
 
 from __future__ import annotations
 
-from configs import models, svhn_std
+from configs import svhn_std
+from invjax.configs import models
 
 
 def get_config():

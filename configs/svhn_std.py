@@ -12,7 +12,7 @@ SVHN recipe (lr 0.01, weight decay 5e-4, dropout 0.4).
 
 from __future__ import annotations
 
-from configs import base, models
+from invjax.configs import base, models
 
 
 def get_config():

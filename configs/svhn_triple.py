@@ -13,7 +13,8 @@ weight decay 0.0001, and the recipe's epochs and schedule divided by 4 (40 epoch
 
 from __future__ import annotations
 
-from configs import common, models, svhn_e2_ii, svhn_scale_ii, svhn_std
+from configs import svhn_e2_ii, svhn_scale_ii, svhn_std
+from invjax.configs import common, models
 
 
 def get_config():

@@ -9,7 +9,8 @@ tune them again).
 
 from __future__ import annotations
 
-from configs import models, svhn_triple
+from configs import svhn_triple
+from invjax.configs import models
 
 
 def get_config():

@@ -150,6 +150,12 @@ def is_subgroup(sub: Group, group: Group) -> bool:
     return group.n_rotations % sub.n_rotations == 0 and (group.flips or not sub.flips)
 
 
+def intersect(a: Group, b: Group) -> Group:
+    """``a`` meet ``b``: ``C_N`` / ``D_N`` share their rotations by multiples of ``360/gcd`` degrees
+    and, if both have it, the mirror (every group here mirrors about the same axis)."""
+    return Group(math.gcd(a.n_rotations, b.n_rotations), a.flips and b.flips)
+
+
 def subgroup_embedding(group: Group, sub: Group) -> np.ndarray:
     """``[|H|]`` indices into ``group`` of the elements of ``sub`` (in ``sub``'s order)."""
     if not is_subgroup(sub, group):

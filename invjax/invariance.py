@@ -61,7 +61,10 @@ Model mode (``--config``)
   own per-channel mean/std (a fresh model has no training statistics). For each transform
   it prints Delta of the logits and of the model's invariant features: the outputs of every II
   or pooling layer of :mod:`invjax.layers.ii` in the model (they sow ``invariant_features``),
-  concatenated; ``null`` when the model has none.
+  concatenated; ``null`` when the model has none. ``exact_elements`` gives, for every element
+  the model's group chain makes exact (:func:`invjax.equivariance.exact_elements`), the largest
+  relative change of the logits over the images (at most the first ``batch_size``), as the run
+  certificate measures it; ``{}`` when there is none.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from invjax import compilation_cache
+from invjax import compilation_cache, equivariance
 from invjax import groups as G
 from invjax import precision as P
 from invjax.models.common import upsample
@@ -562,8 +565,15 @@ def model_invariance(
         for t in transforms:
             delta = invariance_error(fn, images, t, batch_size=batch_size)
             out[t] = {"logits": delta["logits"], "features": delta.get("features")}
+    # The elements the model's own group chain makes exact, and the logits' largest relative
+    # change under each (the run certificate's measure; invjax.equivariance).
+    normalised = (images[:batch_size] - mean) / std
+    exact = equivariance.check_equivariance(
+        model, variables, normalised, precision=precision, train=False
+    )
     return {
         "invariance_error": out,
+        "exact_elements": exact,
         **P.describe(precision),
         "n_images": len(images),
         "model": str(model_cfg.get("name")),
@@ -688,6 +698,11 @@ def main(argv=None) -> int:
         for t, d in result["invariance_error"].items():
             feats = "n/a" if d["features"] is None else f"{d['features']:.3g}"
             print(f"{t:<8} features {feats:>10}   logits {d['logits']:.3g}")
+        exact = result["exact_elements"]
+        print(
+            "exact elements (max relative change of the logits): "
+            + (", ".join(f"{k} {v:.2g}" for k, v in exact.items()) or "none")
+        )
         what = (
             f"checkpoint step {result['checkpoint_step']} ({result['selected_by']}), "
             if "checkpoint_step" in result

@@ -85,10 +85,10 @@ def _load_config(path: str):
     if not os.path.isfile(file):
         _fail(f"--config={path}: no such config file (configs live in configs/*.py)")
     try:
-        import configs
+        from invjax.configs import ConfigFileError, load
 
-        return configs.from_file(path)
-    except configs.ConfigFileError as e:
+        return load(path)
+    except ConfigFileError as e:
         _fail(str(e))
     except Exception as e:  # noqa: BLE001 (any failure of the user's file gets one message)
         _fail(f"cannot load config file {file}: {type(e).__name__}: {e}")
@@ -154,9 +154,7 @@ def _help(argv) -> str:
         here = os.path.join(os.getcwd(), "configs")
         if os.path.isdir(here):
             names = sorted(
-                f[:-3]
-                for f in os.listdir(here)
-                if f.endswith(".py") and f not in ("__init__.py", "common.py", "models.py")
+                f[:-3] for f in os.listdir(here) if f.endswith(".py") and f != "__init__.py"
             )
             text += ["", f"configs (in {here}): " + ", ".join(names)]
         text += ["", "Add --config=configs/NAME.py to --help to list that config's keys."]

@@ -78,7 +78,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: import configs and invjax of this checkout
     sys.path.insert(0, str(REPO))
 CONFIGS = REPO / "configs"
-NOT_EXPERIMENTS = ("__init__", "base", "common", "models")  # modules of configs/
+NOT_EXPERIMENTS = ("__init__",)  # modules of configs/ that are no experiment
 
 from invjax.layers.heads import MODES as HEADS  # noqa: E402
 

@@ -5,23 +5,28 @@ experiments whose phase-1 runs are exactly the single-stream configs."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import math
+import os
 import pathlib
+import subprocess
+import sys
 
 import chex
 import jax
 import jax.numpy as jnp
 import pytest
 
+import invjax
+from invjax import configs as invjax_configs
 from invjax import data, models
 from invjax.training import plan
 from invjax.training.experiment import flat_config
 from invjax.training.optimizer import validate_train_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
-HELPERS = ("__init__", "common", "models")  # configs/ modules that are not experiments
-FILES = sorted(p for p in CONFIGS.glob("*.py") if p.stem not in HELPERS)
+FILES = sorted(p for p in CONFIGS.glob("*.py") if p.stem != "__init__")
 NAMES = [p.stem for p in FILES]
 
 
@@ -63,23 +68,58 @@ def test_every_experiment_of_the_paper_has_a_config():
         assert f"digits_{v}" in NAMES
 
 
-def test_configs_are_a_package_and_load_alike_by_path():
-    """Each config imports its helpers (no file-path loading); loaded by path, as ``--config=``
-    loads it, it gives the same config as imported from the package."""
-    import configs
-
+def test_configs_load_alike_by_path_and_by_import():
+    """Each config imports its helpers (no file-path loading inside a row); loaded by path, as
+    ``--config=`` loads it, it gives the same config as imported from the repository's package."""
     for path in FILES:
         assert "runpy" not in path.read_text(), path.name
-    for name in ("base", "digits_triple", "cifar10_triple", "stl10_triple_e2pool", "mnist_ses"):
-        by_path = configs.from_file(str(CONFIGS / f"{name}.py"))
+    for name in ("digits_triple", "cifar10_triple", "stl10_triple_e2pool", "mnist_ses"):
+        by_path = invjax_configs.load(str(CONFIGS / f"{name}.py"))
         assert by_path.to_dict() == get(name).to_dict(), name
+
+
+def test_a_row_that_varies_another_loads_from_any_directory(tmp_path):
+    """``configs/cifar10_e2.py`` imports ``configs.cifar10_std``: loaded by path from another
+    working directory (its repository not on sys.path) it still loads, and sys.path is restored."""
+    root = str(CONFIGS.parent)
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {root!r})\n"  # this checkout's invjax, then the root off the path
+        "from invjax.configs import load\n"
+        f"sys.path.remove({root!r})\n"
+        "assert 'configs' not in sys.modules\n"
+        "before = list(sys.path)\n"
+        f"c = load({str(CONFIGS / 'cifar10_e2.py')!r})\n"
+        "assert sys.path == before\n"
+        "print(c.data.name, c.train.lr_boundaries)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["cifar10", "(60,", "120,", "180)"]
+
+
+def test_helpers_ship_in_the_package_and_no_configs_package_is_installed():
+    """pyproject installs invjax only; invjax itself never imports the repository's rows."""
+    import tomllib
+
+    toml = tomllib.loads((CONFIGS.parent / "pyproject.toml").read_text())
+    assert toml["tool"]["setuptools"]["packages"]["find"]["include"] == ["invjax*"]
+    for path in pathlib.Path(invjax.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "configs" for a in node.names), path
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert (node.module or "").split(".")[0] != "configs", path
 
 
 def test_names_and_constants_come_from_invjax():
     """The configs' stream, head, scale and downsampling values are invjax's own objects."""
-    from configs import common
-    from configs import models as model_configs
     from invjax import groups
+    from invjax.configs import common
+    from invjax.configs import models as model_configs
     from invjax.layers import heads
     from invjax.models import multistream, wrn
 

@@ -10,13 +10,10 @@ import pytest
 
 from invjax import groups as G
 from invjax.bases import e2 as bases
+from invjax.equivariance import relative_error as rel
 from invjax.layers.e2 import E2BatchNorm, E2Conv, E2LiftConv, GroupPool, Restrict
 from invjax.ops import e2 as ops
 from invjax.ops.conv import conv2d
-
-
-def rel(a, b):
-    return float(jnp.linalg.norm(jnp.asarray(a) - jnp.asarray(b)) / jnp.linalg.norm(jnp.asarray(b)))
 
 
 @pytest.mark.parametrize("group,k,d", [("D8", 5, 1), ("C8", 7, 1), ("D4", 3, 2), ("C4", 1, 1)])

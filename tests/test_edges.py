@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-import configs
+from invjax import configs as invjax_configs
 from invjax import invariance as I
 from invjax.training import experiment
 from invjax.training.optimizer import validate_train_config
@@ -31,7 +31,7 @@ def _main(*args, timeout=300):
 
 
 def _digits_config(**train):
-    config = configs.from_file(os.path.join(REPO, "configs", "digits_cnn.py"))
+    config = invjax_configs.load(os.path.join(REPO, "configs", "digits_cnn.py"))
     config.data.name, config.data.n_train = "digits", 100
     config.model.width = 4
     for k, v in train.items():
@@ -86,13 +86,13 @@ _EIGHT_DEVICES = textwrap.dedent(
     """
     import json, os, sys, jax
     sys.path.insert(0, os.getcwd())
-    import configs
+    from invjax import configs as invjax_configs
     from invjax import parallel
     from invjax.training import experiment
     from invjax.training.state import init_variables
     from invjax.training.steps import evaluate, make_eval_step
     assert jax.device_count() == 8, jax.devices()
-    config = configs.from_file("configs/digits_cnn.py")
+    config = invjax_configs.load("configs/digits_cnn.py")
     config.data.name, config.data.n_train, config.model.width = "digits", 100, 4
     config.train.batch_size = 48
     assert config.train.eval_batch_size == 500  # the default
@@ -173,20 +173,21 @@ def test_config_without_get_config_is_named(tmp_path):
     assert proc.returncode == 2 and len(err) == 1, proc.stderr
     assert f"config file {bad} defines no get_config() function" in err[0]
     assert "config_config" not in proc.stderr
-    with pytest.raises(configs.ConfigFileError, match="my_experiment.py defines no get_config"):
-        configs.from_file(str(bad))
+    with pytest.raises(invjax_configs.ConfigFileError, match="my_experiment.py defines no get_config"):
+        invjax_configs.load(str(bad))
 
 
 def test_models_unknown_name_is_short(capsys):
-    """Issue: ``python -m invjax.models`` with an unknown name printed a 5,000-character line."""
-    from invjax.models import __main__ as models_cli
+    """Issue: ``python -m invjax.models`` (now ``invjax.summary``) with an unknown name printed a
+    5,000-character line."""
+    from invjax import summary as models_cli
 
     with pytest.raises(SystemExit) as e:
         models_cli.main(["svhn_e2_i"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert len(err) < 300, len(err)
-    assert "did you mean svhn_e2_ii" in err and "python -m invjax.models --list" in err
+    assert "did you mean svhn_e2_ii" in err and "python -m invjax.summary --list" in err
     assert models_cli.main(["--list"]) == 0
     listed = capsys.readouterr().out
     assert "  svhn_e2_ii\n" in listed and "  digits_cnn\n" in listed

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from invjax import groups as G
+from invjax.equivariance import relative_error as rel
 from invjax.export import ExportedModel, export, load
 from invjax.layers import e2 as e2l
 from invjax.layers import ii as iil
@@ -37,11 +38,6 @@ from invjax.models.wrn import WideResNet
 from invjax.ops import scale as scale_ops
 
 BOUND = 1e-5  # the brief's bound; measured maxima are in the comments of each test
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)  # float64: no overflow
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def random_variables(model, x, seed=0):

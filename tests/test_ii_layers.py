@@ -12,6 +12,7 @@ import pytest
 
 from invjax import groups as G
 from invjax.data.digits import digits
+from invjax.equivariance import relative_error
 from invjax.layers import e2 as E
 from invjax.layers import ii as L
 from invjax.ops.conv import conv2d
@@ -22,8 +23,7 @@ KEY = jax.random.PRNGKey(0)
 
 
 def rel(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.abs(a - b).max() / np.abs(b).max())
+    return relative_error(a, b, ord=np.inf)
 
 
 _scale_all = jax.jit(jax.vmap(lambda z, s: G.scale(z, s), in_axes=(None, 0)))

@@ -190,13 +190,13 @@ class _NeedsEightPixels(nn.Module):
 def test_a_size_the_model_cannot_take_names_the_fix(tmp_path, monkeypatch):
     """The trainer's shape check (before any compute) adds the resizing hint for a folder; with
     data.image_size the same folder fits."""
-    import configs
+    from invjax import configs as invjax_configs
     from invjax import models
     from invjax.training import experiment
 
     monkeypatch.setattr(models, "build", lambda cfg: _NeedsEightPixels())
     root = _tiny(tmp_path / "f", size=(3, 3))
-    config = configs.from_file(os.path.join(REPO, "configs", "digits_cnn.py"))
+    config = invjax_configs.load(os.path.join(REPO, "configs", "digits_cnn.py"))
     config.data = _cfg(root, val_fraction=0.0)
     config.train.batch_size, config.train.select_best = 2, False
     with pytest.raises(ValueError, match=r"3x3x1: resize them .*data.image_size=\(H, W\)"):

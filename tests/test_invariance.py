@@ -150,6 +150,18 @@ def test_model_mode_on_the_digits_cnn(digit_images):
     assert np.isfinite(res["rot90"]["logits"]) and res["rot90"]["logits"] > 0
     with pytest.raises(ValueError, match=r"\[N, 28, 28, 1\]"):
         I.model_invariance(config, images=np.zeros((2, 32, 32, 3), np.float32))
+    assert out["exact_elements"] == {}  # a plain CNN: no element is exact
+
+
+def test_model_mode_measures_the_exact_elements_of_the_group_chain(digit_images):
+    """digits_e2 (D4, D4, D1 with II over D1): exact for the mirror only, to float32 rounding."""
+    from invjax.configs import load
+
+    config = load("configs/digits_e2.py")
+    out = I.model_invariance(config, images=digit_images, transforms=["flip"])
+    assert list(out["exact_elements"]) == ["flip"]
+    assert out["exact_elements"]["flip"] < 1e-5
+    assert out["invariance_error"]["flip"]["logits"] < 1e-10  # Delta: a squared ratio
 
 
 def test_model_features_are_the_sown_ii_outputs(digit_images):

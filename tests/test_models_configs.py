@@ -1,4 +1,4 @@
-"""Every architecture of configs/models.py builds; a representative set initialises abstractly.
+"""Every architecture of invjax/configs/models.py builds; a representative set initialises abstractly.
 
 ``build`` runs every module's validation (groups, widths, heads); ``jax.eval_shape`` of ``init``
 traces the whole network (bases, shapes, parameter trees) without computing, at tiny width.
@@ -6,16 +6,19 @@ traces the whole network (bases, shapes, parameter trees) without computing, at 
 
 from __future__ import annotations
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
 import pytest
 
-from configs import models as model_configs
+from invjax import groups as G
+from invjax.configs import models as model_configs
 from invjax.models import build
-from invjax.models.__main__ import input_shape_for, main
 from invjax.models.common import count_params
 from invjax.models.peers import PEER_COUNTS, PEER_COUNTS_NARROW
+from invjax.summary import input_shape_for, main
 
 NAMES = sorted(model_configs.MODELS)
 
@@ -62,11 +65,44 @@ def test_registry_covers_the_paper():
         model_configs.get("svhn_e3_ii")
 
 
+CLASSES = {"wrn": "WideResNet", "mnist": "ScaledMNISTNet", "multistream": "MultiStreamNetwork"}
+
+
+def _norm(value):
+    """A config value or a module field in one form: group names, tuples, rounded floats."""
+    if isinstance(value, G.Group):
+        return value.name
+    if isinstance(value, str) and value[:1] in "CD" and value[1:].isdigit():
+        return G.parse_group(value).name
+    if isinstance(value, list | tuple):
+        return tuple(_norm(v) for v in value)
+    if isinstance(value, float):
+        return round(value, 9)
+    return value
+
+
+def assert_mirrors(module, cfg):
+    """Every key of the model section that names a field of the module reached it unchanged
+    (streams: recursively); ``name`` picks the registered class; the rest are builder options."""
+    fields = {f.name for f in dataclasses.fields(module)} - {"name", "parent"}
+    assert type(module).__name__ == CLASSES[cfg.name]
+    matched = 0
+    for key, value in cfg.items():
+        if key == "streams":
+            for stream, scfg in value.items():
+                assert_mirrors(getattr(module, stream), scfg)
+            matched += 1
+        elif key in fields:
+            assert _norm(getattr(module, key)) == _norm(value), (key, getattr(module, key), value)
+            matched += 1
+    assert matched >= 3, f"{cfg.name}: only {matched} config keys are module fields"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_config_builds(name):
     cfg = model_configs.get(name)
     module = build(cfg)
-    assert module is not None
+    assert_mirrors(module, cfg)
     if name in TRACED:
         h, w, c = input_shape_for(name)
         h, w = min(h, 32), min(w, 32)  # STL-10's stride-2 stem works on 32 x 32 as well
@@ -97,7 +133,7 @@ def test_unknown_name_in_the_command(capsys):
 
 
 def test_config_names_are_accepted(capsys):
-    """The README's ``python -m invjax.models cifar10_triple`` (a config, not a model name)."""
+    """The README's ``python -m invjax.summary cifar10_triple`` (a config, not a model name)."""
     assert main(["cifar10_triple"]) == 0
     out = capsys.readouterr().out
     assert "cifar10_triple: params=" in out and "e2 " in out and "std " in out
@@ -108,7 +144,7 @@ def test_help_names_both_kinds(capsys):
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert "configs/models.py" in out and "cifar10_triple" in out and "--all" in out
+    assert "invjax/configs/models.py" in out and "cifar10_triple" in out and "--all" in out
 
 
 @pytest.mark.parametrize("name,k", sorted(PEER_COUNTS_NARROW))

@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import models as model_configs
 from invjax import groups as G
+from invjax.configs import models as model_configs
+from invjax.equivariance import relative_error as rel
 from invjax.layers.heads import StreamCombination
 from invjax.models import build
 from invjax.models.multistream import MultiStreamNetwork
@@ -20,10 +21,6 @@ from invjax.models.wrn import WideResNet, wrn_widths
 from invjax.training.state import graft
 
 D4 = G.dihedral(4)
-
-
-def rel(a, b):
-    return float(jnp.linalg.norm(jnp.asarray(a) - jnp.asarray(b)) / jnp.linalg.norm(b))
 
 
 def tiny(family, **kw):

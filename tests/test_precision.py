@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
-import numpy as np
 import pytest
 
-from invjax import certificate, compilation_cache
+from invjax import certificate, compilation_cache, equivariance
 from invjax import groups as G
 from invjax import precision as P
+from invjax.equivariance import relative_error as rel
 from invjax.layers.e2 import E2Conv, E2LiftConv
+from invjax.models.simple import SimpleCNN
 from invjax.models.wrn import WideResNet
 from invjax.ops.conv import conv2d
 from invjax.training.state import init_variables
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def test_check_names_the_valid_precisions():
@@ -99,41 +94,53 @@ def test_exact_precisions_are_exact_and_the_others_measurably_not(name, photo_ba
         assert err < 1e-2, err
 
 
-def _e2_config(groups=("D4", "D4", "D4"), head="ii", ii_group=None):
-    return ml_collections.ConfigDict(
-        dict(name="wrn", family="e2", groups=groups, head=head, ii_group=ii_group)
-    )
+def _labels(groups=("D4", "D4", "D4"), head="ii", ii_group=None, shape=(1, 32, 32, 3), **kw):
+    model = WideResNet(family="e2", groups=groups, head=head, ii_group=ii_group, **kw)
+    return [e.label for e in equivariance.exact_elements(model, shape)]
 
 
-def test_exact_elements_follow_the_last_group():
-    labels = lambda c: [e[0] for e in certificate.exact_elements(c)]  # noqa: E731
+def test_exact_elements_follow_the_group_chain():
     d4 = ["rot90", "rot180", "rot270", "flip", "flip_rot90", "flip_rot180", "flip_rot270"]
-    assert labels(_e2_config()) == d4
-    assert labels(_e2_config(("D8", "D8", "D8"))) == d4  # 45 degrees is not exact on a grid
-    assert labels(_e2_config(("C4", "C4", "C4"))) == ["rot90", "rot180", "rot270"]
-    assert labels(_e2_config(("D8", "D4", "D1"))) == ["flip"]
-    assert labels(_e2_config(head="pool")) == d4
-    assert labels(_e2_config(ii_group="C4")) == ["rot90", "rot180", "rot270"]
-    assert labels(ml_collections.ConfigDict(dict(name="wrn", family="scale"))) == []
-    assert labels(ml_collections.ConfigDict(dict(name="multistream"))) == []
+    assert _labels() == d4
+    assert _labels(("D8", "D8", "D8")) == d4  # 45 degrees is not exact on a grid
+    assert _labels(("C4", "C4", "C4")) == ["rot90", "rot180", "rot270"]
+    assert _labels(("D8", "D4", "D1")) == ["flip"]
+    assert _labels(("C8", "C8", "C2")) == ["rot180"]
+    assert _labels(head="pool") == d4
+    assert _labels(ii_group="C4") == ["rot90", "rot180", "rot270"]
+    assert _labels(ii_group="D1") == ["flip"]
+    # A rectangle keeps only 180 degrees and the two mirrors.
+    assert _labels(shape=(1, 32, 48, 3)) == ["rot180", "flip", "flip_rot180"]
+    # Plain stride 2 on an even grid breaks the symmetry; on odd grids it keeps it.
+    assert _labels(downsample="strided") == []
+    assert _labels(downsample="strided", shape=(1, 33, 33, 3)) == d4
+    assert _labels(downsample="maxpool") == d4
+    for family in ("scale", "std"):
+        assert equivariance.exact_elements(WideResNet(family=family), (1, 32, 32, 3)) == []
+    assert equivariance.exact_elements(SimpleCNN(), (1, 32, 32, 3)) == []  # no claim: none
 
 
 def test_certificate_of_an_e2_network_on_photos(photo_batch):
-    cfg = _e2_config(("D4", "D4", "D4"))
-    model = WideResNet(family="e2", depth=10, widen_factor=1, groups=cfg.groups, width_divisor=4.0)
+    model = WideResNet(
+        family="e2", depth=10, widen_factor=1, groups=("D4", "D4", "D4"), width_divisor=4.0
+    )
     variables = init_variables(model, (32, 32, 3), jax.random.PRNGKey(0))
-    cert = certificate.certify(model, variables, cfg, photo_batch, 0.5, 0.25, ("highest",))
+    cert = certificate.certify(model, variables, photo_batch, 0.5, 0.25, ("highest",))
     exact = cert["by_precision"]["highest"]
-    assert cert["exact_elements"] == list(exact["max_relative_error"])
+    assert cert["exact_elements"] == list(exact["max_relative_error"]) == _labels()
     assert exact["holds"] and max(exact["max_relative_error"].values()) < certificate.BOUND
     assert cert["device_kind"] and cert["n_images"] == 2
-    # The measurement can fail: a model that is not invariant is caught.
-    plain = certificate.certify(_NotInvariant(), {}, cfg, photo_batch, 0.5, 0.25, ("highest",))
+    # The measurement can fail: a model that claims D4 but is not invariant is caught.
+    plain = certificate.certify(_NotInvariant(), {}, photo_batch, 0.5, 0.25, ("highest",))
+    assert plain["exact_elements"] == _labels()
     assert not plain["by_precision"]["highest"]["holds"]
 
 
 class _NotInvariant:
-    """A 'model' whose logits read one corner pixel: not rotation invariant."""
+    """A 'model' that claims D4 while its logits read one corner: not rotation invariant."""
+
+    def exact_group(self, input_shape):
+        return G.dihedral(4)
 
     def apply(self, variables, x, train=False):
         del variables, train
@@ -141,9 +148,9 @@ class _NotInvariant:
 
 
 def test_certificate_says_when_nothing_is_exact(photo_batch):
-    cert = certificate.certify(
-        None, {}, ml_collections.ConfigDict({"name": "cnn"}), photo_batch, 0, 1
-    )
+    model = SimpleCNN()
+    variables = init_variables(model, photo_batch.shape[1:], jax.random.PRNGKey(0))
+    cert = certificate.certify(model, variables, photo_batch, 0, 1)
     assert (
         cert["exact_elements"] == [] and cert["by_precision"] == {} and "no exact" in cert["note"]
     )

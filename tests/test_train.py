@@ -18,6 +18,7 @@ import optax
 import pytest
 
 from invjax import data, models, parallel
+from invjax.configs.base import get_config as base_config
 from invjax.training import loop
 from invjax.training.experiment import prepare
 from invjax.training.optimizer import (
@@ -34,9 +35,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def train_config(**kw) -> ml_collections.ConfigDict:
-    import runpy
-
-    tc = runpy.run_path(os.path.join(REPO, "configs", "base.py"))["get_config"]().train
+    tc = base_config().train
     with tc.unlocked():
         tc.update(kw)
     return tc
@@ -329,11 +328,9 @@ def test_train_state_roundtrip_through_variables():
 
 def test_trains_on_tfds_uint8_images_under_mock_data(tmp_path):
     """The TFDS path (uint8 images, normalised and crop/flip-augmented on the device)."""
-    import runpy
-
     import tensorflow_datasets as tfds
 
-    config = runpy.run_path(os.path.join(REPO, "configs", "base.py"))["get_config"]()
+    config = base_config()
     config.data.name = "cifar10"
     config.train.update(dict(batch_size=16, eval_batch_size=40, num_epochs=1, lr_boundaries=()))
     with config.unlocked():

@@ -14,6 +14,7 @@ See :mod:`invjax.data.datasets` for the datasets, splits and config fields.
 from invjax.data import augment
 from invjax.data.datasets import (
     DATASETS,
+    DEFAULTS,
     IMAGE_FOLDER,
     NAMES,
     Dataset,
@@ -30,6 +31,7 @@ from invjax.data.subsets import balanced_subset, epoch_order
 
 __all__ = [
     "DATASETS",
+    "DEFAULTS",
     "IMAGE_FOLDER",
     "NAMES",
     "Dataset",

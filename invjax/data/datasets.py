@@ -130,24 +130,31 @@ class Dataset:
     class_names: tuple[str, ...] = ()
 
 
+#: The one home of every ``config.data`` default (``invjax.configs.base`` and the checks below
+#: read them here).
+DEFAULTS: dict = {
+    "name": "scaled_digits",
+    "n_train": 0,  # N_t: training-set size (0 = the whole training split)
+    "seed": 0,  # which N_t samples (the same for every model given seed and N_t)
+    "realisation": 0,  # Scaled-MNIST / scaled digits realisation (0..5)
+    "val_fraction": 0.2,  # validation share where the dataset defines none (the paper's 80:20)
+    "data_dir": None,  # TFDS directory; None = $TFDS_DATA_DIR or ~/tensorflow_datasets
+    "augment": "default",  # 'default' = the dataset's standard augmentation, or a name
+    "subset": "default",  # 'balanced' | 'stratified'; 'default' = DEFAULT_SUBSET per dataset
+    "path": None,  # data.name='image_folder': its DIR
+    "image_size": None,  # image_folder: resize every image to (H, W); None = keep their size
+}
+
+
 def default_config():
-    """``config.data`` with its defaults (an ``ml_collections.ConfigDict``)."""
+    """``config.data`` with the :data:`DEFAULTS` (an ``ml_collections.ConfigDict``)."""
     import ml_collections
 
-    return ml_collections.ConfigDict(
-        {
-            "name": "scaled_digits",
-            "n_train": 0,
-            "seed": 0,
-            "realisation": 0,
-            "val_fraction": 0.2,
-            "data_dir": ml_collections.config_dict.placeholder(str),
-            "augment": "default",
-            "subset": "default",
-            "path": ml_collections.config_dict.placeholder(str),
-            "image_size": ml_collections.config_dict.placeholder(tuple),
-        }
-    )
+    cfg = dict(DEFAULTS)
+    cfg["data_dir"] = ml_collections.config_dict.placeholder(str)
+    cfg["path"] = ml_collections.config_dict.placeholder(str)
+    cfg["image_size"] = ml_collections.config_dict.placeholder(tuple)
+    return ml_collections.ConfigDict(cfg)
 
 
 def _get(cfg, key, default):
@@ -171,32 +178,32 @@ def check_config(cfg) -> dict:
     else:
         shape, num_classes, default_aug = DATASETS[name]
         class_names = CLASS_NAMES[name]
-    aug = _get(cfg, "augment", "default")
+    aug = _get(cfg, "augment", DEFAULTS["augment"])
     aug = default_aug if aug in (None, "default") else aug
     if aug not in augment_lib.AUGMENTATIONS:
         raise ValueError(
             f"unknown augmentation {aug!r} (data.augment): valid names are "
             f"{['default', *augment_lib.AUGMENTATIONS]}"
         )
-    val_fraction = _get(cfg, "val_fraction", 0.2)
+    val_fraction = _get(cfg, "val_fraction", DEFAULTS["val_fraction"])
     if not isinstance(val_fraction, int | float) or not 0.0 <= val_fraction < 1.0:
         raise ValueError(
             f"val_fraction={val_fraction!r} is invalid (data.val_fraction): it must be in [0, 1) "
             "(0.2 = the paper's 80:20 split, 0 = no validation split)"
         )
-    seed = _get(cfg, "seed", 0)
+    seed = _get(cfg, "seed", DEFAULTS["seed"])
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"seed={seed!r} is invalid (data.seed): it must be an integer >= 0")
-    realisation = _get(cfg, "realisation", 0)
+    realisation = _get(cfg, "realisation", DEFAULTS["realisation"])
     realisation = scaled_mnist.check_realisation(realisation)
-    subset = _get(cfg, "subset", "default")
+    subset = _get(cfg, "subset", DEFAULTS["subset"])
     subset = DEFAULT_SUBSET.get(name, "balanced") if subset in (None, "default") else subset
     if subset not in subsets.SUBSET_KINDS:
         raise ValueError(
             f"unknown subset kind {subset!r} (data.subset): valid kinds are "
             f"{['default', *subsets.SUBSET_KINDS]}"
         )
-    n_train = _get(cfg, "n_train", 0)
+    n_train = _get(cfg, "n_train", DEFAULTS["n_train"])
     if subset == "balanced":
         n_train = subsets.check_n_train(n_train, num_classes)
     elif isinstance(n_train, bool) or not isinstance(n_train, int | np.integer) or n_train < 0:
@@ -214,7 +221,7 @@ def check_config(cfg) -> dict:
         "seed": int(seed),
         "realisation": realisation,
         "n_train": int(n_train),
-        "data_dir": _get(cfg, "data_dir", None),
+        "data_dir": _get(cfg, "data_dir", DEFAULTS["data_dir"]),
         "class_names": tuple(class_names),
         "folder": folder,
     }

@@ -58,6 +58,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 from invjax import precision as P
 
@@ -141,14 +142,6 @@ def _collect(model, variables, shape) -> dict[str, dict[str, np.ndarray]]:
     return found
 
 
-def _flatten(tree, prefix=()):
-    if hasattr(tree, "items"):
-        for k, v in tree.items():
-            yield from _flatten(v, prefix + (str(k),))
-    else:
-        yield prefix, tree
-
-
 def _flat_arrays(variables, layers: dict) -> dict[str, np.ndarray]:
     """The export's inputs: every layer's inference arrays, then every variable of the model that
     no such layer holds (``nn.Dense`` kernels ...), flat ``'/'``-joined keys, float32 / int32."""
@@ -157,7 +150,7 @@ def _flat_arrays(variables, layers: dict) -> dict[str, np.ndarray]:
         for name, a in arrays.items():
             out["/".join((_LAYER, path, name))] = a
     owned = [tuple(p.split("/")) if p else () for p in layers]
-    for path, leaf in _flatten(variables):
+    for path, leaf in traverse_util.flatten_dict(dict(variables)).items():
         module = path[1:-1]
         if not any(module[: len(o)] == o for o in owned):
             out["/".join(path)] = np.asarray(leaf)

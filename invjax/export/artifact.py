@@ -19,7 +19,7 @@
     overrides, the checkpoint step and how the model was chosen: best validation epoch or last),
     ``precision`` and ``platforms``, ``test_error`` (the run's, and the exported program's own on
     the same raw test split, measured at export), and ``invariance`` (the exact group elements
-    of the architecture, :func:`invjax.certificate.exact_elements`, and the measured maximal
+    of the architecture, :func:`invjax.equivariance.exact_elements`, and the measured maximal
     relative change of the exported logits under each on the first test images).
 
 :class:`ExportedRun` (``invjax.export.load(DIR)``) checks every input against the manifest
@@ -36,7 +36,7 @@ import shutil
 import jax
 import numpy as np
 
-from invjax import certificate
+from invjax import certificate, equivariance
 from invjax import precision as P
 from invjax.export import ExportedModel, export
 
@@ -184,10 +184,10 @@ def _test_error(program: ExportedModel, split) -> tuple[float, int]:
     return 100.0 * errors / len(split), errors
 
 
-def _invariance(program: ExportedModel, model_cfg, images: np.ndarray) -> dict:
-    elements = certificate.exact_elements(model_cfg)
+def _invariance(program: ExportedModel, model, images: np.ndarray) -> dict:
+    elements = equivariance.exact_elements(model, images.shape)
     out = {
-        "exact_elements": [e[0] for e in elements],
+        "exact_elements": [e.label for e in elements],
         "bound": certificate.BOUND,
         "n_images": int(len(images)),
     }
@@ -200,8 +200,10 @@ def _invariance(program: ExportedModel, model_cfg, images: np.ndarray) -> dict:
         return out
     y = np.asarray(program(images))
     errors = {
-        label: certificate.max_relative_change(program(_raw_transform(images, grp, g)), y)
-        for label, grp, g in elements
+        e.label: equivariance.relative_error(
+            program(_raw_transform(images, e.group, e.index)), y, per_sample=True
+        )
+        for e in elements
     }
     out.update(max_relative_error=errors, holds=bool(max(errors.values()) < certificate.BOUND))
     return out
@@ -283,7 +285,7 @@ def export_run(workdir: str, out: str, platforms=None) -> dict:
             "n_test": len(ds.test),
             "identical": test_error == results["test_error"],
         },
-        "invariance": _invariance(program, config.model, ds.test.images[: certificate.N_IMAGES]),
+        "invariance": _invariance(program, model, ds.test.images[: certificate.N_IMAGES]),
         "jax_version": jax.__version__,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }

@@ -18,6 +18,13 @@ Inference form (:mod:`invjax.export`): the convolutions and the BatchNorm define
 ``inference_arrays(x)`` (the expanded, box-folded kernel; the folded affine map) and
 ``inference_call(arrays, x)``; :class:`GroupPool` and :class:`Restrict` have no parameters and
 are their own inference form.
+
+Field types (:mod:`invjax.fields`): each layer's ``out_type(in_type)`` states what it takes and
+gives (a lift: trivial -> regular G; a group convolution: regular G -> regular G or trivial; group
+pooling: regular G -> trivial; restriction: regular G -> regular H; batch norm: regular fields of
+any group whose order divides ``|G|``, kept) and raises one clear error otherwise. Called on a
+:class:`~invjax.fields.Field` a layer checks its type and returns a Field; on a plain array it
+checks only the channel count (a D4 and a C8 field both have 8 channels).
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from invjax import fields
 from invjax.bases import e2 as e2_bases
-from invjax.groups import Group, as_group_fields, check_chain, dihedral
+from invjax.fields import FieldType
+from invjax.groups import Group, as_group_fields, check_chain, dihedral, is_subgroup
 from invjax.ops import e2 as ops
 from invjax.ops.conv import conv2d, inference_kernel
 
@@ -55,6 +64,20 @@ def _check_channels(x, multiple: int, what: str):
         raise ValueError(
             f"{what}: {x.shape[-1]} input channels is not a multiple of the group order {multiple}"
         )
+
+
+def _conv_exact_group(module, input_shape) -> Group:
+    """A convolution's group, unless a plain stride-2 sample of an even grid breaks the grid's
+    symmetry (:mod:`invjax.ops.conv`): then none (:func:`invjax.equivariance.exact_group`)."""
+    h, w = input_shape[-3], input_shape[-2]
+    if module.stride == 2 and module.downsample == "strided" and (h % 2 == 0 or w % 2 == 0):
+        return Group(1, False)
+    return module.group
+
+
+def _regular_in(module, in_type: FieldType, where: str) -> None:
+    if in_type != FieldType.regular_type(module.group):
+        raise fields.mismatch(where, f"regular {module.group.name} fields", in_type)
 
 
 def _steerable_basis(module, g):
@@ -87,15 +110,24 @@ class E2LiftConv(nn.Module):
         as_group_fields(self, "group")
         super().__post_init__()
 
+    exact_group = _conv_exact_group
+
+    def out_type(self, in_type: FieldType) -> FieldType:
+        """trivial -> regular ``group`` (module docstring, "Field types")."""
+        if in_type != fields.TRIVIAL:
+            raise fields.mismatch(f"E2LiftConv({self.group.name})", "trivial fields", in_type)
+        return FieldType.regular_type(self.group)
+
     @nn.compact
     def __call__(self, x):
         g = self.group
+        x, out = fields.accept(x, self.out_type, "E2LiftConv")
         _check_features(self.features, "E2LiftConv")
         _check_channels(x, 1, "E2LiftConv")
         phi = self.basis(g)
         nb = phi.shape[1]
         w = self.param("weight", _he(x.shape[-1], nb), (x.shape[-1], self.features, nb))
-        return ops.lift_conv(x, w, phi, self.stride, self.downsample)
+        return fields.emit(ops.lift_conv(x, w, phi, self.stride, self.downsample), out)
 
     def inference_arrays(self, x):
         """``{'kernel': [k', k', Ci, features * |G|]}``: ``K = sum_b w_b Phi_b`` expanded once
@@ -134,9 +166,17 @@ class E2Conv(nn.Module):
         as_group_fields(self, "group")
         super().__post_init__()
 
+    exact_group = _conv_exact_group
+
+    def out_type(self, in_type: FieldType) -> FieldType:
+        """regular ``group`` -> regular ``group`` (trivial with ``trivial_out``)."""
+        _regular_in(self, in_type, f"E2Conv({self.group.name})")
+        return fields.TRIVIAL if self.trivial_out else in_type
+
     @nn.compact
     def __call__(self, x):
         g = self.group
+        x, out = fields.accept(x, self.out_type, "E2Conv")
         _check_features(self.features, "E2Conv")
         _check_channels(x, g.order, f"E2Conv({g.name})")
         ci = x.shape[-1] // g.order
@@ -145,9 +185,9 @@ class E2Conv(nn.Module):
         init = _he(ci * g.order, nb)
         if self.trivial_out:
             w = self.param("weight", init, (ci, self.features, nb))
-            return ops.trivial_conv(x, w, phi, self.stride, self.downsample)
+            return fields.emit(ops.trivial_conv(x, w, phi, self.stride, self.downsample), out)
         w = self.param("weight", init, (ci, self.features, g.order, nb))
-        return ops.group_conv(x, w, phi, g, self.stride, self.downsample)
+        return fields.emit(ops.group_conv(x, w, phi, g, self.stride, self.downsample), out)
 
     def inference_arrays(self, x):
         """``{'kernel': [k', k', Ci |G|, features * |G|]}`` (``[.., features]`` with
@@ -176,11 +216,21 @@ class GroupPool(nn.Module):
         as_group_fields(self, "group")
         super().__post_init__()
 
+    def exact_group(self, input_shape) -> Group:
+        del input_shape
+        return self.group
+
+    def out_type(self, in_type: FieldType) -> FieldType:
+        """regular ``group`` -> trivial."""
+        _regular_in(self, in_type, f"GroupPool({self.group.name})")
+        return fields.TRIVIAL
+
     @nn.compact
     def __call__(self, x):
         g = self.group
+        x, out = fields.accept(x, self.out_type, "GroupPool")
         _check_channels(x, g.order, f"GroupPool({g.name})")
-        return ops.group_pool(x, g.order, self.reduce)
+        return fields.emit(ops.group_pool(x, g.order, self.reduce), out)
 
 
 class Restrict(nn.Module):
@@ -198,11 +248,21 @@ class Restrict(nn.Module):
         check_chain((self.group, self.subgroup))  # one clear error for a non-subgroup
         super().__post_init__()
 
+    def exact_group(self, input_shape) -> Group:
+        del input_shape
+        return self.subgroup
+
+    def out_type(self, in_type: FieldType) -> FieldType:
+        """regular ``group`` -> regular ``subgroup``."""
+        _regular_in(self, in_type, f"Restrict({self.group.name}->{self.subgroup.name})")
+        return FieldType.regular_type(self.subgroup)
+
     @nn.compact
     def __call__(self, x):
         g, h = self.group, self.subgroup
+        x, out = fields.accept(x, self.out_type, "Restrict")
         _check_channels(x, g.order, f"Restrict({g.name}->{h.name})")
-        return ops.restrict(x, g, h)
+        return fields.emit(ops.restrict(x, g, h), out)
 
 
 class E2BatchNorm(nn.Module):
@@ -221,9 +281,28 @@ class E2BatchNorm(nn.Module):
         as_group_fields(self, "group")
         super().__post_init__()
 
+    def exact_group(self, input_shape) -> Group:
+        del input_shape
+        return Group(1, False) if self.group is None else self.group
+
+    def out_type(self, in_type: FieldType) -> FieldType:
+        """Any type whose fields the statistics' blocks of ``|G|`` channels hold whole (regular
+        H with ``|H|`` dividing ``|G|``, e.g. the fields of a restriction; or trivial), kept:
+        each block is then a union of fields that the group only permutes within."""
+        order = 1 if self.group is None else self.group.order
+        if order % in_type.size or (
+            in_type.kind == "regular" and order > 1 and not is_subgroup(in_type.group, self.group)
+        ):
+            name = "C1" if self.group is None else self.group.name
+            raise fields.mismatch(
+                f"E2BatchNorm({name})", f"regular fields of a subgroup of {name}", in_type
+            )
+        return in_type
+
     @nn.compact
     def __call__(self, x, train: bool = False):
         order = 1 if self.group is None else self.group.order
+        x, out = fields.accept(x, self.out_type, "E2BatchNorm")
         _check_channels(x, order, "E2BatchNorm")
         c = x.shape[-1] // order
         ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))
@@ -239,7 +318,7 @@ class E2BatchNorm(nn.Module):
             mean, var = ra_mean.value, ra_var.value
         mul = scale * jax.lax.rsqrt(var + self.epsilon)
         add = bias - mean * mul
-        return x * jnp.repeat(mul, order) + jnp.repeat(add, order)
+        return fields.emit(x * jnp.repeat(mul, order) + jnp.repeat(add, order), out)
 
     def inference_arrays(self, x):
         """Eval mode folded into one per-channel affine map ``y = x * a + s`` (``[C |G|]`` each):

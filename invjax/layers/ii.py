@@ -147,6 +147,11 @@ class E2InvariantIntegration(nn.Module):
         del train
         return _ws_ii(self, x, self.group, self.interpolation)
 
+    def exact_group(self, input_shape) -> G.Group:
+        """Invariant to ``group`` (:func:`invjax.equivariance.exact_group`)."""
+        del input_shape
+        return self.group
+
     def inference_arrays(self, x):
         """The weight map ``[H W C_in, features]`` (:func:`_ws_inference_arrays`)."""
         return _ws_inference_arrays(self, x, self.group, self.interpolation)
@@ -375,6 +380,11 @@ class MixedPooling(nn.Module):
 
 class AveragePooling(nn.Module):
     """Global average pooling over the spatial axes. Shapes: ``[B, H, W, C] -> [B, C]``."""
+
+    def exact_group(self, input_shape) -> G.Group:
+        """Invariant to every permutation of the pixels (:func:`invjax.equivariance.exact_group`)."""
+        del input_shape
+        return G.dihedral(4)
 
     @nn.compact
     def __call__(self, x, train: bool = False):

@@ -1,5 +1,5 @@
 """Building blocks shared by the networks: a plain convolution over :func:`invjax.ops.conv.conv2d`,
-width rules, upsampling, and the parameter count / layer table of ``python -m invjax.models``.
+width rules, upsampling, and the parameter count / layer table of ``python -m invjax.summary``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 from invjax import groups as G
 from invjax.ops.conv import conv2d, inference_kernel
@@ -93,17 +94,10 @@ def upsample(x, factor: int = 2, method: str = "nearest"):
 # --------------------------------------------------------------------------- parameter table
 
 
-def _flatten(tree, prefix=()):
-    if hasattr(tree, "items"):
-        for key, val in tree.items():
-            yield from _flatten(val, prefix + (str(key),))
-    else:
-        yield prefix, tree
-
-
 def count_params(params) -> int:
-    """Number of scalars in a parameter tree (arrays or ``ShapeDtypeStruct``s)."""
-    return int(sum(int(np.prod(leaf.shape)) for _, leaf in _flatten(params)))
+    """Number of scalars in a variable tree (arrays or ``ShapeDtypeStruct``s); the one count
+    that the parameter tables, the trainer and the tests use."""
+    return int(sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params)))
 
 
 def abstract_variables(module: nn.Module, input_shape: Sequence[int], **kwargs):
@@ -145,13 +139,13 @@ def layer_rows(module: nn.Module, input_shape: Sequence[int]) -> list[dict]:
     params = variables.get("params", {})
     inter = variables.get("intermediates", {})
     outputs = {}
-    for path, leaf in _flatten(inter):
+    for path, leaf in traverse_util.flatten_dict(dict(inter)).items():
         if path and path[-1] == "__call__":
             outputs[path[:-1]] = leaf
         elif len(path) >= 2 and path[-2] == "__call__":  # tuple of outputs stored as a dict
             outputs.setdefault(path[:-2], leaf)
     layers: dict[tuple, list] = {}
-    for path, leaf in _flatten(params):
+    for path, leaf in traverse_util.flatten_dict(dict(params)).items():
         layers.setdefault(path[:-1], []).append((path[-1], leaf.shape))
     rows = []
     for path, leaves in sorted(layers.items(), key=lambda kv: order.get(kv[0], len(order))):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
+from invjax import groups as G
 from invjax.layers.heads import STREAMS, StreamCombination, check_mode
 from invjax.models import REGISTRY, register
 
@@ -76,6 +77,16 @@ class MultiStreamNetwork(nn.Module):
 
     def features(self, x, train: bool = False):
         return self(x, train, features_only=True)
+
+    def exact_group(self, input_shape):
+        """The meet of the streams' groups (:func:`invjax.equivariance.exact_group`): the head
+        combines invariant features, so the network is exact for what every stream is exact for."""
+        group = None
+        for n in self.stream_names():
+            rule = getattr(getattr(self, n), "exact_group", None)
+            g = rule(input_shape) if rule is not None else G.cyclic(1)
+            group = g if group is None else G.intersect(group, g)
+        return group or G.cyclic(1)
 
 
 @register("multistream")

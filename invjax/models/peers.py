@@ -1,4 +1,4 @@
-"""Parameter counts of the peers' own networks, beside which ``python -m invjax.models`` prints
+"""Parameter counts of the peers' own networks, beside which ``python -m invjax.summary`` prints
 invjax's (issue 9: the rows without II are the peers' networks).
 
 Every count was measured by building the peer's network in PyTorch (CPU, ``num_classes=10``) and
@@ -25,7 +25,7 @@ DISCO's code has 16 (+0.19%).
 
 from __future__ import annotations
 
-# name in configs/models.py -> (count, the peer's constructor that was measured)
+# name in invjax/configs/models.py -> (count, the peer's constructor that was measured)
 PEER_COUNTS: dict[str, tuple[int, str]] = {
     "svhn_std": (2_748_890, "e2cnn_experiments wide_resnet.WideResNet(16, 10, 4, 0.3)"),
     "cifar10_std": (36_479_194, "e2cnn_experiments wide_resnet.WideResNet(28, 10, 10, 0.3)"),

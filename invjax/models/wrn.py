@@ -515,6 +515,25 @@ class WideResNet(nn.Module):
         """Invariant features ``[B, C_out]`` (the classifier's input)."""
         return self(x, train, features_only=True)
 
+    def exact_group(self, input_shape) -> G.Group:
+        """The group whose elements the logits and features are invariant to on images of
+        ``input_shape`` (:func:`invjax.equivariance.exact_group`): for ``e2``, the last stage's
+        group (its trivial fields), met with the II group for ``head='ii'`` (the integral); none
+        for the other families, or where a plain stride-2 sample meets an even grid."""
+        if self.family != "e2":
+            return G.cyclic(1)
+        group = self.groups[-1]
+        if self.head == "ii" and self.ii_group is not None:
+            group = G.intersect(group, self.ii_group)
+        if self.downsample_rule == "strided":
+            h, w = input_shape[-3], input_shape[-2]
+            for stride in (self.first_stride, 2, 2):
+                if stride == 2:
+                    if h % 2 == 0 or w % 2 == 0:
+                        return G.cyclic(1)
+                    h, w = -(-h // 2), -(-w // 2)
+        return group
+
 
 def _tuple(v):
     return tuple(v) if isinstance(v, list | tuple) else v
@@ -563,24 +582,6 @@ def _build(config):
     return from_config(config)
 
 
-def invariant_elements(model: WideResNet) -> list[int]:
-    """Indices in ``D4`` (:func:`invjax.groups.dihedral`) of the 90-degree rotations and flips an
-    E(2) network is exactly invariant to: those in its last stage's group and, with II, in
-    ``ii_group`` (the trivial fields are equivariant to the former, the integral sums over the
-    latter). Empty for the other families (identity excepted)."""
-    d4 = G.dihedral(4)
-    if model.family != "e2":
-        return [0]
-    grps = [model.groups[-1]]
-    if model.head == "ii" and model.ii_group:
-        grps.append(model.ii_group)
-
-    def contains(grp, f, r):
-        return (f == 0 or grp.flips) and (r * grp.n_rotations) % 4 == 0
-
-    return [g for g, (f, r) in enumerate(d4.elements) if all(contains(q, f, r) for q in grps)]
-
-
 __all__ = [
     "ConvSpec",
     "ScalePointwiseConv",
@@ -588,6 +589,5 @@ __all__ = [
     "WideResNet",
     "e2_kernel_size",
     "from_config",
-    "invariant_elements",
     "wrn_widths",
 ]

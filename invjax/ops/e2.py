@@ -14,6 +14,10 @@ Regular -> trivial (invariant output fields), weight ``w[ci, co, b]``:
 Each costs one einsum (plus a static gather of the weights) and then one convolution, so a layer
 costs what a plain convolution with the expanded channel counts costs.
 
+Shapes are annotated with jaxtyping (``n`` batch, ``g`` = ``|G|``, ``b`` basis functions,
+``h2 w2`` the output grid: ``h`` at stride 1, ``ceil(h / 2)`` at stride 2); the tests check
+them (tests/test_properties.py).
+
 Equivariance: with :func:`invjax.ops.conv.conv2d`, ``conv(L_u x) = L_u conv(x)`` for every ``u``
 that maps the pixel grid onto itself, to float32 rounding; for other angles the error is that of
 resampling the input.
@@ -21,14 +25,22 @@ resampling the input.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
 import numpy as np
 
 from invjax.groups import Group, restriction_indices
 from invjax.ops.conv import conv2d
 
+if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked in the tests
+    from jax import Array
+    from jaxtyping import Float
 
-def expand_lift(weight, phi):
+
+def expand_lift(
+    weight: Float[Array, "ci co b"], phi: Float[np.ndarray, "g b k k"]
+) -> Float[Array, "k k ci co*g"]:
     """``w [Ci, Co, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci, Co * G]``."""
     ci, co, _ = weight.shape
     g, _, k, _ = phi.shape
@@ -36,7 +48,9 @@ def expand_lift(weight, phi):
     return kern.reshape(k, k, ci, co * g)
 
 
-def expand_regular(weight, phi, group: Group):
+def expand_regular(
+    weight: Float[Array, "ci co g b"], phi: Float[np.ndarray, "g b k k"], group: Group
+) -> Float[Array, "k k ci*g co*g"]:
     """``w [Ci, Co, G, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci * G, Co * G]``."""
     ci, co, g, _ = weight.shape
     k = phi.shape[-1]
@@ -47,7 +61,9 @@ def expand_regular(weight, phi, group: Group):
     return kern.reshape(k, k, ci * g, co * g)
 
 
-def expand_to_trivial(weight, phi):
+def expand_to_trivial(
+    weight: Float[Array, "ci co b"], phi: Float[np.ndarray, "g b k k"]
+) -> Float[Array, "k k ci*g co"]:
     """``w [Ci, Co, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci * G, Co]``."""
     ci, co, _ = weight.shape
     g, _, k, _ = phi.shape
@@ -55,22 +71,43 @@ def expand_to_trivial(weight, phi):
     return kern.reshape(k, k, ci * g, co)
 
 
-def lift_conv(x, weight, phi, stride: int = 1, downsample: str = "symmetric"):
+def lift_conv(
+    x: Float[Array, "n h w ci"],
+    weight: Float[Array, "ci co b"],
+    phi: Float[np.ndarray, "g b k k"],
+    stride: int = 1,
+    downsample: str = "symmetric",
+) -> Float[Array, "n h2 w2 co*g"]:
     """Trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', Co * G]``."""
     return conv2d(x, expand_lift(weight, phi), stride, downsample=downsample)
 
 
-def group_conv(x, weight, phi, group: Group, stride: int = 1, downsample: str = "symmetric"):
+def group_conv(
+    x: Float[Array, "n h w ci*g"],
+    weight: Float[Array, "ci co g b"],
+    phi: Float[np.ndarray, "g b k k"],
+    group: Group,
+    stride: int = 1,
+    downsample: str = "symmetric",
+) -> Float[Array, "n h2 w2 co*g"]:
     """Regular ``[B, H, W, Ci * G]`` -> regular ``[B, H', W', Co * G]``."""
     return conv2d(x, expand_regular(weight, phi, group), stride, downsample=downsample)
 
 
-def trivial_conv(x, weight, phi, stride: int = 1, downsample: str = "symmetric"):
+def trivial_conv(
+    x: Float[Array, "n h w ci*g"],
+    weight: Float[Array, "ci co b"],
+    phi: Float[np.ndarray, "g b k k"],
+    stride: int = 1,
+    downsample: str = "symmetric",
+) -> Float[Array, "n h2 w2 co"]:
     """Regular ``[B, H, W, Ci * G]`` -> trivial (invariant fields) ``[B, H', W', Co]``."""
     return conv2d(x, expand_to_trivial(weight, phi), stride, downsample=downsample)
 
 
-def group_pool(x, group_order: int, reduce: str = "max"):
+def group_pool(
+    x: Float[Array, "*batch c_g"], group_order: int, reduce: str = "max"
+) -> Float[Array, "*batch c"]:
     """``[..., C * G] -> [..., C]``: max (or mean) over each field's ``|G|`` channels."""
     c = x.shape[-1] // group_order
     y = x.reshape(x.shape[:-1] + (c, group_order))
@@ -87,7 +124,7 @@ def restriction_gather(group: Group, sub: Group, fields: int) -> np.ndarray:
     return (np.arange(fields)[:, None] * group.order + idx[None, :]).reshape(-1)
 
 
-def restrict(x, group: Group, sub: Group):
+def restrict(x: Float[Array, "*batch c_g"], group: Group, sub: Group) -> Float[Array, "*batch c_g"]:
     """Regular ``group`` features ``[..., C * |G|]`` -> regular ``sub`` features ``[..., C [G:H] |H|]``.
 
     A relabelling of channels (no arithmetic), so it commutes exactly with every element of ``sub``.

@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from invjax.ops.conv import conv2d
+
+if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked in the tests
+    from jax import Array
+    from jaxtyping import Float
 
 # How scale_conv is lowered to XLA convolutions. 'auto' picks per backend at trace time, from a
 # measurement (`python benchmarks/layers.py --layers scale`, forward+backward, 3 scales, 160 ->
@@ -90,7 +95,12 @@ def expand_lift_kernel(weight, basis):
     return kern.reshape(k, k, cin, S * cout)
 
 
-def scale_lift_conv(x, weight, basis, stride: int = 1):
+def scale_lift_conv(
+    x: Float[Array, "n h w ci"],
+    weight: Float[Array, "ci co f"],
+    basis: Float[Array, "s f k k"],
+    stride: int = 1,
+) -> Float[Array, "n h2 w2 s co"]:
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, Cout]``.
 
     Args:

@@ -23,7 +23,8 @@ from invjax import checkpoint, models, parallel
 from invjax import data as data_lib
 from invjax import precision as P
 from invjax.logging_utils import banner
-from invjax.training.optimizer import count_params, is_int, make_optimizer, validate_train_config
+from invjax.models.common import count_params
+from invjax.training.optimizer import count_trainable, is_int, make_optimizer, validate_train_config
 from invjax.training.state import graft, init_variables, state_factory
 
 #: The longest run :func:`prepare` accepts, in optimiser steps (``num_epochs`` x steps per epoch):
@@ -121,7 +122,9 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
     """
     for section in ("data", "model", "train"):
         if section not in config:
-            raise ValueError(f"config has no {section!r} section: start from configs/base.py")
+            raise ValueError(
+                f"config has no {section!r} section: start from invjax/configs/base.py"
+            )
     seed = config.seed
     if not is_int(seed) or not 0 <= seed < 2**31:
         raise ValueError(f"seed={seed!r} is invalid: it must be an integer in [0, 2**31)")
@@ -208,7 +211,7 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
         sources=sources if load_sources or not tc.init_from else None,
         restored=restored,
         num_params=count_params(params),
-        num_trainable=count_params(params, trainable),
+        num_trainable=count_trainable(params, trainable),
         state_bytes=sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state)),
         precision=precision,
         eval_precision=eval_precision,

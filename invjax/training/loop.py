@@ -388,7 +388,6 @@ class _Loop:
         return certificate.certify(
             self.exp.model,
             jax.device_get(local),
-            self.exp.config.model,
             images,
             self.ds.mean,
             self.ds.std,

@@ -23,6 +23,8 @@ import numpy as np
 import optax
 from flax import traverse_util
 
+from invjax.models.common import count_params
+
 OPTIMIZERS = ("sgd", "adam")
 
 
@@ -163,11 +165,11 @@ def make_optimizer(tc, steps_per_epoch: int, params=None) -> optax.GradientTrans
     return optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()}, labels)
 
 
-def count_params(params, prefixes: Sequence[str] | None = None) -> int:
-    """Number of parameter entries; with ``prefixes``, of those that train (see
-    :func:`trainable_labels`)."""
-    leaves = jax.tree.leaves(params)
+def count_trainable(params, prefixes: Sequence[str] | None) -> int:
+    """Number of parameter entries that train under ``prefixes`` (:func:`trainable_labels`;
+    None: all of them, :func:`invjax.models.common.count_params`)."""
     if prefixes is None:
-        return sum(int(np.prod(p.shape)) for p in leaves)
+        return count_params(params)
     labels = jax.tree.leaves(trainable_labels(params, tuple(prefixes)))
+    leaves = jax.tree.leaves(params)
     return sum(int(np.prod(p.shape)) for p, lab in zip(leaves, labels) if lab == "trainable")

@@ -172,8 +172,8 @@ def state_factory(model, tx, image_shape, seed: int, select_best: bool, sources=
     large) checkpoints into the compiled program as constants nor lets XLA constant-fold the
     whole initialisation: with a constant seed every initial parameter is a compile-time
     constant, and XLA's constant folding then evaluates the network's init forward pass inside
-    the compiler (measured: 235 s to compile the init of a width-1 E(2)-II WRN16 on 2 CPU cores,
-    against 46 s for its train step). ``PRNGKey`` of the int32 seed equals ``PRNGKey(seed)``."""
+    the compiler, which takes longer than compiling the train step (docs/benchmarks.md,
+    "Start-up time"). ``PRNGKey`` of the int32 seed equals ``PRNGKey(seed)``."""
     prefixes = [(a, b) for _, a, b in sources]
     trees = [t for t, _, _ in sources]
 
@@ -186,11 +186,9 @@ def state_factory(model, tx, image_shape, seed: int, select_best: bool, sources=
 
 
 # Compiler options of the state's initialisation on CPU. XLA's CPU backend fully optimises the
-# generated code of every parameter's threefry random-number kernel, which dominated start-up
-# (measured on 2 cores: 166 s to compile the init of a width-1 E(2)-II WRN16, 8 s at
-# optimisation level 0; its train step compiles in 46 s). The init runs once, so its speed does
-# not matter; its values differ from an optimised build by float32 rounding (6e-8) and are the
-# same in every run.
+# generated code of every parameter's threefry random-number kernel, which dominates start-up
+# (docs/benchmarks.md, "Start-up time"). The init runs once, so its speed does not matter; its
+# values differ from an optimised build by float32 rounding and are the same in every run.
 INIT_CPU_COMPILER_OPTIONS = {
     "xla_backend_optimization_level": 0,
     "xla_llvm_disable_expensive_passes": True,

@@ -1,7 +1,7 @@
 """Helpers of the experiment configs (this module is not a config of its own).
 
-``configs`` is a package: a config imports the configs it varies (``from configs import
-cifar10_std``) and these helpers normally. :func:`two_phase` turns a dataset recipe into the
+A config imports the configs it varies (``from configs import cifar10_std``) and these helpers
+(``from invjax.configs import common``). :func:`two_phase` turns a dataset recipe into the
 paper's two-phase multi-stream config (Section 4.4, appendix C):
 
 * ``config.model``: the multi-stream network (``freeze_streams=True``);

@@ -1,6 +1,8 @@
-"""python -m invjax.main --config=configs/base.py --workdir=runs/base
+"""python -m invjax.main --config=invjax/configs/base.py --workdir=runs/base
 
-Shared defaults of every invjax experiment; the variants import it and change what differs.
+Every key of an invjax experiment and its default; the configs import it and change what differs
+(``from invjax.configs import base``). The data section's defaults are those of
+:func:`invjax.data.default_config` (their one home, which the data layer's checks also use).
 
 Run by itself it trains the tiny plain CNN on the offline "scaled digits" data (SGD, 30 epochs).
 Every key is commented below; a key that is not here cannot be set from the command line
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import ml_collections
 from ml_collections import config_dict
+
+from invjax import data
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -28,16 +32,11 @@ def get_config() -> ml_collections.ConfigDict:
     config.precision = "default"
     config.eval_precision = "highest"
 
-    config.data = ml_collections.ConfigDict()
-    config.data.name = "scaled_digits"
-    config.data.n_train = 0  # N_t: class-balanced training-set size; 0 = the whole training split
-    config.data.seed = seed  # which N_t samples (same for every model given seed and N_t)
-    config.data.realisation = 0  # Scaled-MNIST / scaled digits realisation (0..5)
-    config.data.val_fraction = 0.2  # validation share where the dataset defines none (80:20)
-    config.data.data_dir = config_dict.placeholder(str)  # TFDS dir; None = $TFDS_DATA_DIR or ~
-    config.data.augment = "default"  # 'default' = the dataset's standard augmentation, or a name
-    config.data.path = config_dict.placeholder(str)  # data.name='image_folder': its DIR
-    config.data.image_size = config_dict.placeholder(tuple)  # image_folder: resize to (H, W)
+    # data.name, n_train (N_t, 0 = all), realisation, val_fraction, data_dir, augment, subset,
+    # path and image_size (data.name='image_folder'):
+    # see invjax.data.DEFAULTS. data.seed (which N_t samples) follows config.seed.
+    config.data = data.default_config()
+    config.data.seed = seed
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "cnn"
@@ -67,6 +66,6 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.init_from = ()
     # 'single' (one run), 'two_phase' (multi-stream: each stream's own run, then the head on the
     # frozen streams; needs config.phase1) or 'end_to_end' (multi-stream from scratch); see
-    # invjax/experiment.py.
+    # invjax/training/plan.py.
     config.train.phases = "single"
     return config

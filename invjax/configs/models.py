@@ -1,11 +1,11 @@
 """Model sections (``config.model``) of every architecture in the paper's appendix.
 
-python -m invjax.models svhn_e2_ii          # parameter count and layer table of one model
-python -m invjax.models --all                # the counts of every model below
+python -m invjax.summary svhn_e2_ii          # parameter count and layer table of one model
+python -m invjax.summary --all                # the counts of every model below
 
 Each function returns a ``ConfigDict`` for ``invjax.models.build``; the experiment configs
-``from configs import models`` and set ``config.model = models.<function>(...)``. :data:`MODELS`
-names every variant (``python -m invjax.models NAME`` takes these names).
+``from invjax.configs import models`` and set ``config.model = models.<function>(...)``.
+:data:`MODELS` names every variant (``python -m invjax.summary NAME`` takes these names).
 
 Single streams (appendix Tables 9-15; dropout from the tables of HPs, the baselines' from their
 papers / official code: WRN 0.4 SVHN and 0.3 otherwise, e2cnn 0.3, DISCO 0.3)

@@ -1,9 +1,9 @@
 """Parameter counts and layer tables of the networks (no data, no training; shapes only).
 
-python -m invjax.models svhn_e2_ii cifar10_triple   # model names (configs/models.py) or config
-                                                    # names (configs/NAME.py: its config.model)
-python -m invjax.models --config=configs/NAME.py    # config.model of an experiment file
-python -m invjax.models --all                       # one line per model, beside the peers' counts
+python -m invjax.summary svhn_e2_ii cifar10_triple   # model names (invjax/configs/models.py) or
+                                                     # config names (./configs/NAME.py)
+python -m invjax.summary --config=configs/NAME.py    # config.model of an experiment file
+python -m invjax.summary --all                       # one line per model, beside the peers' counts
 
 Each model is initialised abstractly (``jax.eval_shape``), so even WRN28-10 takes seconds. The
 input shape follows the dataset (SVHN / CIFAR-10 32x32x3, STL-10 96x96x3, Scaled-MNIST
@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import pathlib
 import sys
 
-import configs
-from configs import models as model_configs
+from invjax import configs
+from invjax.configs import models as model_configs
 from invjax.data import DATASETS
 from invjax.models import build
 from invjax.models.common import abstract_variables, count_params, format_table, layer_rows
@@ -28,7 +27,7 @@ from invjax.models.common import abstract_variables, count_params, format_table,
 
 def input_shape_for(name: str) -> tuple[int, int, int]:
     """``(H, W, C)`` of a dataset (:data:`invjax.data.DATASETS`) or of a model name of
-    :mod:`configs.models` (the dataset of its architecture); 32x32x3 otherwise."""
+    :mod:`invjax.configs.models` (the dataset of its architecture); 32x32x3 otherwise."""
     data = name if name in DATASETS else model_configs.dataset_of(name)
     return tuple(DATASETS[data][0]) if data else (32, 32, 3)
 
@@ -58,11 +57,13 @@ def _parse_shape(text):
     return shape
 
 
+#: Where config names are looked up: the repository's rows, relative to the working directory.
+CONFIG_DIR = pathlib.Path("configs")
+
+
 def config_names() -> list[str]:
-    """Experiment configs ``configs/NAME.py`` (the modules of :mod:`configs` with a model)."""
-    skip = {"models", "base", "common", "__init__"}
-    here = pathlib.Path(configs.__file__).parent
-    return sorted(p.stem for p in here.glob("*.py") if p.stem not in skip)
+    """The experiment configs ``./configs/NAME.py`` (none outside a checkout of the repository)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.py") if p.stem != "__init__")
 
 
 def _model_and_data(cfg):
@@ -82,7 +83,7 @@ def load_config(path: str):
     file = path.partition(":")[0]
     if not pathlib.Path(file).is_file():
         raise ValueError(f"config file {file!r} not found")
-    return _model_and_data(configs.from_file(path))
+    return _model_and_data(configs.load(path))
 
 
 def resolve(name: str):
@@ -93,8 +94,7 @@ def resolve(name: str):
         model_cfg, data = load_config(name)
         return model_cfg, data or pathlib.Path(name).stem
     if name in config_names():
-        cfg = importlib.import_module(f"configs.{name}").get_config()
-        model_cfg, data = _model_and_data(cfg)
+        model_cfg, data = _model_and_data(configs.load(str(CONFIG_DIR / f"{name}.py")))
         return model_cfg, data or name
     known = list(dict.fromkeys(sorted(model_configs.MODELS) + config_names()))
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
@@ -102,7 +102,7 @@ def resolve(name: str):
         f"{name!r} is neither a model name nor a config name"
         + (f" (did you mean {', '.join(close)}?)" if close else "")
         + f"; {len(model_configs.MODELS)} model names and {len(config_names())} config names "
-        "are listed by: python -m invjax.models --list"
+        "are listed by: python -m invjax.summary --list"
     )
 
 
@@ -117,20 +117,22 @@ def _peer(name: str, count: int) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m invjax.models",
+        prog="python -m invjax.summary",
         description=__doc__.split("\n")[0],
         epilog=(
-            "NAMES are model names of configs/models.py (e.g. svhn_e2_ii, cifar10_triple_map_e2, "
-            "mnist_disco) or experiment config names of configs/ (e.g. cifar10_triple, "
-            "digits_e2), or paths to config files. Examples: python -m invjax.models "
-            "cifar10_triple; python -m invjax.models --all; python -m invjax.models "
+            "NAMES are model names of invjax/configs/models.py (e.g. svhn_e2_ii, cifar10_triple_map_e2, "
+            "mnist_disco) or experiment config names of ./configs/ (e.g. cifar10_triple, "
+            "digits_e2), or paths to config files. Examples: python -m invjax.summary "
+            "cifar10_triple; python -m invjax.summary --all; python -m invjax.summary "
             "--config=configs/stl10_e2.py --input_shape=96,96,3"
         ),
     )
     p.add_argument("names", nargs="*", metavar="NAME", help="model or config names (see below)")
     p.add_argument("--config", help="an experiment config file (uses its config.model)")
     p.add_argument(
-        "--all", action="store_true", help="count every model of configs/models.py (one line each)"
+        "--all",
+        action="store_true",
+        help="count every model of invjax/configs/models.py (one line each)",
     )
     p.add_argument("--input_shape", help="H,W,C (default: from the dataset)")
     p.add_argument(
