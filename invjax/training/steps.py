@@ -45,10 +45,19 @@ def in_precision(fn: Callable, name: str) -> Callable:
     return call
 
 
+def _stats(x):
+    """A channel statistic as a float32 constant, or the traced value as it is."""
+    return x if isinstance(x, jax.core.Tracer) else np.asarray(x, np.float32)
+
+
 def make_train_step(model, tx, augment: str, mean, std) -> Callable:
-    """``train_step(state, images, labels) -> (state, {'loss': mean, 'errors': count})``."""
-    mean = np.asarray(mean, np.float32)
-    std = np.asarray(std, np.float32)
+    """``train_step(state, images, labels) -> (state, {'loss': mean, 'errors': count})``.
+
+    ``mean``, ``std``: float32 ``[C]``, constants of the step, or traced values when the step is
+    built inside a jitted function that takes them as arguments (one compiled step serving
+    several training subsets, :mod:`invjax.training.many`).
+    """
+    mean, std = _stats(mean), _stats(std)
 
     def train_step(state: TrainState, images, labels):
         k_aug, k_drop = jax.random.split(jax.random.fold_in(state.rng, state.step))
@@ -76,9 +85,9 @@ def make_train_step(model, tx, augment: str, mean, std) -> Callable:
 
 
 def make_eval_step(model, mean, std) -> Callable:
-    """``eval_step(variables, images, labels, mask) -> {'loss': sum, 'errors': count}`` (masked)."""
-    mean = np.asarray(mean, np.float32)
-    std = np.asarray(std, np.float32)
+    """``eval_step(variables, images, labels, mask) -> {'loss': sum, 'errors': count}`` (masked;
+    ``mean``, ``std`` as in :func:`make_train_step`)."""
+    mean, std = _stats(mean), _stats(std)
 
     def eval_step(variables, images, labels, mask):
         logits = model.apply(variables, data_lib.to_float(images, mean, std), train=False)

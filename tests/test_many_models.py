@@ -1,0 +1,172 @@
+"""``--config.seeds``: K models of one config in one program, each the single run with its seed.
+
+Tiny runs (digits, N_t = 100, width-4 CNN, batch 32: 4 steps per epoch, 2 epochs): model k of a
+K-model run is compared with the single run with seed k, on the same splits (the prepared
+datasets) and parameter by parameter after its 8 steps; a K-model run cut after one epoch is
+resumed to two; bad ``seeds`` values stop before any compute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import configs
+from invjax import checkpoint
+from invjax.training import many
+from invjax.training import plan as plan_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny(seeds=None, epochs=2, **extra):
+    c = configs.from_file(os.path.join(REPO, "configs/digits_cnn.py"))
+    c.data.name = "digits"
+    c.data.n_train = 100
+    c.model.width = 4
+    c.train.batch_size = 32
+    c.train.eval_batch_size = 200
+    c.train.num_epochs = epochs
+    c.train.lr_boundaries = ()
+    c.train.log_every_steps = 0
+    c.seeds = seeds
+    for key, value in extra.items():
+        c[key] = value
+    return c
+
+
+def params(workdir):
+    return checkpoint.restore_latest(workdir).state["params"]
+
+
+def assert_params_close(a, b, rtol, atol):
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(leaves_a) == len(leaves_b) > 0
+    for x, y in zip(leaves_a, leaves_b):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def records(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def single1(tmp_path_factory):
+    """The single run with seed 1 (today's path, ``seeds`` unset): its workdir and plan."""
+    workdir = str(tmp_path_factory.mktemp("single") / "run")
+    config = tiny()
+    config.seed = 1  # configs/base.py: data.seed follows
+    plan = plan_lib.check(config, workdir)
+    dataset = plan.stages[0].experiment.dataset
+    plan_lib.execute(plan)
+    return workdir, dataset
+
+
+def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path):
+    ref_dir, ref_data = single1
+    workdir = str(tmp_path / "k")
+    # One epoch first, then the same command with two: every model resumes from step 4.
+    mplan = many.check(tiny(seeds=(0, 1), epochs=1, seeds_strategy="loop"), workdir)
+    data = {k: p.stages[0].experiment.dataset for k, p in zip(mplan.seeds, mplan.plans)}
+    np.testing.assert_array_equal(data[1].train.labels, ref_data.train.labels)  # same subset
+    np.testing.assert_array_equal(data[1].train.images, ref_data.train.images)
+    assert not np.array_equal(data[0].train.images, data[1].train.images)  # its own subset
+    many.execute(mplan)
+    mplan = many.check(tiny(seeds=(0, 1), epochs=2, seeds_strategy="loop"), workdir)
+    assert [p.stages[0].experiment.restored.step for p in mplan.plans] == [4, 4]
+    summary = many.execute(mplan)
+
+    assert sorted(os.listdir(workdir)) == ["seed_0", "seed_1", "seeds.json"]
+    mine = os.path.join(workdir, "seed_1")
+    with (
+        open(os.path.join(mine, "config.json")) as f,
+        open(os.path.join(ref_dir, "config.json")) as g,
+    ):
+        assert json.load(f) == json.load(g)  # the single run's config, seed 1
+    with (
+        open(os.path.join(mine, "results.json")) as f,
+        open(os.path.join(ref_dir, "results.json")) as g,
+    ):
+        got, want = json.load(f), json.load(g)
+    for key in ("test_error", "val_error", "n_train", "seed", "steps", "epochs", "params"):
+        assert got[key] == pytest.approx(want[key], rel=1e-6), key
+    assert [(r["step"], r["split"]) for r in records(mine)] == [
+        (r["step"], r["split"]) for r in records(ref_dir)
+    ]
+    # Same step function with the subset's statistics as arguments instead of constants.
+    assert_params_close(params(mine), params(ref_dir), rtol=1e-5, atol=1e-6)
+    assert summary["test_errors"]["1"] == pytest.approx(want["test_error"], rel=1e-6)
+    assert summary["test_error"] == pytest.approx(np.mean(list(summary["test_errors"].values())))
+    assert set(checkpoint.list_steps(mine)) >= {4, 8}
+
+
+def test_model_k_of_a_vmapped_run_matches_the_single_run(single1, tmp_path):
+    ref_dir, _ = single1
+    workdir = str(tmp_path / "v")
+    summary = many.execute(many.check(tiny(seeds=(1, 2), seeds_strategy="vmap"), workdir))
+    assert summary["strategy"] == "vmap"
+    mine = os.path.join(workdir, "seed_1")
+    # A vmapped convolution is a grouped one: other summation order, float32 rounding only.
+    assert_params_close(params(mine), params(ref_dir), rtol=1e-3, atol=2e-5)
+    with open(os.path.join(ref_dir, "results.json")) as f:
+        want = json.load(f)
+    with open(os.path.join(mine, "results.json")) as f:
+        got = json.load(f)
+    assert got["seed"] == 1 and got["steps"] == want["steps"] == 8
+    assert abs(got["test_error"] - want["test_error"]) <= 0.6  # at most 2 of 359 test digits
+
+
+def test_model_config_is_the_single_runs():
+    c = tiny(seeds=(3, 4), realisation_from_seed=True, seeds_strategy="vmap")
+    m = many.model_config(c, 4)
+    assert (m.seed, m.data.seed, m.data.realisation) == (4, 4, 4)
+    assert (m.seeds, m.realisation_from_seed, m.seeds_strategy) == (None, None, None)
+    assert (c.seed, c.data.realisation) == (0, 0)  # the command's config is left alone
+    assert many.split(tiny(seeds=(5,)))[1].seed == 5  # one seed: the single run with that seed
+    plain = tiny()
+    assert many.split(plain) == (None, plain)
+
+
+@pytest.mark.parametrize(
+    "seeds, words",
+    [
+        ((), "is empty"),
+        ((0, 1, 1), "repeats [1]"),
+        ((0, -1), "(-1)"),
+        ((0, 1.5), "(1.5)"),
+        (("a,b",), "('a,b')"),
+        ((True, 2), "(True)"),
+    ],
+)
+def test_bad_seeds_are_refused(seeds, words):
+    with pytest.raises(ValueError, match="seeds=") as e:
+        many.split(tiny(seeds=seeds))
+    assert words in str(e.value)
+
+
+def test_bad_seeds_stop_the_command_before_compute(tmp_path):
+    workdir = tmp_path / "w"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invjax.main",
+            "--config=configs/digits_cnn.py",
+            f"--workdir={workdir}",
+            "--config.seeds=0,2,2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "seeds=(0, 2, 2) repeats [2]" in proc.stderr
+    assert not workdir.exists()
