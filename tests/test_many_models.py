@@ -170,3 +170,47 @@ def test_bad_seeds_stop_the_command_before_compute(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "seeds=(0, 2, 2) repeats [2]" in proc.stderr
     assert not workdir.exists()
+
+
+SPREAD = """
+import json, sys
+import jax, numpy as np
+sys.path.insert(0, {tests!r})
+from test_many_models import tiny, params
+from invjax.training import lockstep, many
+from invjax.training import plan as plan_lib
+
+single = tiny(epochs=1)
+single.seed = 1
+plan_lib.execute(plan_lib.check(single, {ref!r}))
+summary = many.execute(many.check(tiny(seeds=(1, 2), epochs=1, seeds_strategy="vmap"), {k!r}))
+mesh = lockstep.model_mesh(2)
+diff = max(
+    float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+    for a, b in zip(jax.tree.leaves(params({k!r} + "/seed_1")), jax.tree.leaves(params({ref!r})))
+)
+print(json.dumps({{"devices": jax.device_count(), "mesh": dict(mesh.shape), "diff": diff,
+                  "strategy": summary["strategy"]}}))
+"""
+
+
+def test_models_spread_over_two_devices(tmp_path):
+    """2 forced CPU devices: a ('model', 'data') mesh of 2 x 1 puts one model on each device;
+    model 1 matches the single run with seed 1 (data-parallel over both devices)."""
+    script = SPREAD.format(
+        tests=os.path.join(REPO, "tests"), ref=str(tmp_path / "ref"), k=str(tmp_path / "k")
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 2 and out["mesh"] == {"model": 2, "data": 1}
+    assert out["strategy"] == "vmap"
+    assert out["diff"] < 1e-4

@@ -1,0 +1,112 @@
+"""K models in one program (``--config.seeds``) against K separate runs, whole processes.
+
+    python benchmarks/many_models.py                                # digits_std, seeds 0,1,2
+    python benchmarks/many_models.py --config=configs/digits_scale.py --n-train=100
+    python benchmarks/many_models.py --platform=gpu --strategies=loop,vmap   # on a GPU
+
+Side by side in one invocation, each arm a fresh ``python -m invjax.main`` in its own workdir
+with the persistent compilation cache off (every arm compiles what it needs, as a first run):
+
+- ``separate``: K processes one after another, ``--config.seed=k`` each (what a study does);
+- ``one/<strategy>``: one process, ``--config.seeds=k_1,...,k_K`` and ``seeds_strategy``.
+
+Prints each arm's wall time (process start to exit), the ratio ``separate / one`` (> 1: the one
+program is faster), and each seed's test error per arm (the 'loop' arm equals the separate
+runs up to float32 rounding; 'vmap' too, with a different summation order). ``--json`` writes
+the figures. The machine this runs on may be shared: quote ratios, measured side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
+
+
+def _run(args, workdir: str, extra: list[str]) -> float:
+    cmd = [
+        sys.executable,
+        "-m",
+        "invjax.main",
+        f"--config={args.config}",
+        f"--workdir={workdir}",
+        "--compilation_cache=off",
+        f"--config.data.n_train={args.n_train}",
+        f"--config.train.num_epochs={args.epochs}",
+        "--config.train.lr_boundaries=()",
+        *args.override,
+        *extra,
+    ]
+    env = dict(os.environ, JAX_PLATFORMS=PLATFORMS[args.platform])
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return wall
+
+
+def _error(workdir: str) -> float:
+    with open(os.path.join(workdir, "results.json")) as f:
+        return float(json.load(f)["test_error"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="configs/digits_std.py")
+    ap.add_argument("--seeds", default="0,1,2", help="comma list: K models")
+    ap.add_argument("--n-train", type=int, default=100, help="N_t of every run")
+    ap.add_argument("--epochs", type=int, default=2, help="train.num_epochs of every run")
+    ap.add_argument("--strategies", default="loop", help="comma list of loop, vmap")
+    ap.add_argument("--platform", choices=sorted(PLATFORMS), default="cpu")
+    ap.add_argument("--override", action="append", default=[], help="--config.KEY=VALUE")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    args = ap.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    strategies = [s for s in args.strategies.split(",") if s]
+    root = tempfile.mkdtemp(prefix="invjax-many-")
+    arms: dict[str, dict] = {}
+
+    t = 0.0
+    errors = {}
+    for k in seeds:
+        wd = os.path.join(root, "separate", f"seed_{k}")
+        t += _run(args, wd, [f"--config.seed={k}"])
+        errors[k] = _error(wd)
+    arms["separate"] = {"wall_s": t, "test_errors": errors}
+    for strategy in strategies:
+        wd = os.path.join(root, f"one_{strategy}")
+        extra = [
+            f"--config.seeds={','.join(map(str, seeds))}",
+            f"--config.seeds_strategy={strategy}",
+        ]
+        wall = _run(args, wd, extra)
+        errs = {k: _error(os.path.join(wd, f"seed_{k}")) for k in seeds}
+        arms[f"one/{strategy}"] = {"wall_s": wall, "test_errors": errs}
+
+    base = arms["separate"]["wall_s"]
+    print(
+        f"{args.config}, N_t={args.n_train}, {args.epochs} epochs, K={len(seeds)} (seeds "
+        f"{args.seeds}), platform {args.platform}, compilation cache off"
+    )
+    print(f"{'arm':<12} {'wall s':>8} {'separate/arm':>13}  test errors %")
+    for name, arm in arms.items():
+        ratio = base / arm["wall_s"]
+        arm["speedup"] = ratio
+        errs = " ".join(f"{arm['test_errors'][k]:.2f}" for k in seeds)
+        print(f"{name:<12} {arm['wall_s']:8.1f} {ratio:13.2f}  {errs}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "arms": arms}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
