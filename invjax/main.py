@@ -246,9 +246,13 @@ def _check_and_run(config, workdir_flag: str) -> dict | None:
 
     try:
         path = workdir.check(workdir_flag)
-        seeds, config = many.split(config)  # --config.seeds: K models (invjax.training.many)
+        seeds, run_config = many.split(config)  # --config.seeds: K models (training.many)
     except ValueError as e:  # WorkdirError too
         _fail(str(e))
+    record = _record()
+    if run_config is not config:  # one seed of config.seeds: recorded as that single run
+        record = many.model_record(record, config, run_config.seed)
+    config = run_config
     if seeds is None:
         check, execute, nbytes = plan_lib.check, plan_lib.execute, plan_lib.checkpoint_bytes
         show = functools.partial(_describe, describe=describe)
@@ -286,7 +290,7 @@ def _check_and_run(config, workdir_flag: str) -> dict | None:
         except OSError as e:
             _fail(f"--workdir={workdir_flag}: {e}")
         try:
-            return execute(plan, record=_record())
+            return execute(plan, record=record)
         except (loop.NonFiniteLossError, loop.RunIOError, checkpoint.SaveError) as e:
             _fail(str(e), status=1)
         except (plan_lib.StageError, workdir.WorkdirError) as e:

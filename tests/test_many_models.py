@@ -214,3 +214,41 @@ def test_models_spread_over_two_devices(tmp_path):
     assert out["devices"] == 2 and out["mesh"] == {"model": 2, "data": 1}
     assert out["strategy"] == "vmap"
     assert out["diff"] < 1e-4
+
+
+def test_the_command_prints_each_model_then_the_mean(tmp_path):
+    workdir = tmp_path / "w"
+    cmd = [
+        sys.executable,
+        "-m",
+        "invjax.main",
+        "--config=configs/digits_cnn.py",
+        f"--workdir={workdir}",
+        "--config.data.name=digits",
+        "--config.data.n_train=100",
+        "--config.model.width=4",
+        "--config.train.batch_size=32",
+        "--config.train.num_epochs=1",
+        "--config.train.lr_boundaries=()",
+        "--config.seeds=3,4",
+        "--compilation_cache=off",
+    ]
+    dry = subprocess.run([*cmd, "--dry_run"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run: 2 models (seeds 3, 4) of one config in one program" in dry.stdout
+    assert f"seed 4 in {workdir}/seed_4:" in dry.stdout
+    assert not workdir.exists()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-3:]
+    errors = []
+    for seed, line in zip((3, 4), last):
+        with open(workdir / f"seed_{seed}" / "results.json") as f:
+            r = json.load(f)
+        assert line == f"seed={seed} test_error={r['test_error']:.2f}%"
+        assert r["overrides"]["seed"] == seed and "seeds" not in r["overrides"]
+        errors.append(r["test_error"])
+    assert last[2] == f"test_error={np.mean(errors):.2f}%"
+    with open(workdir / "seeds.json") as f:
+        assert json.load(f)["test_error"] == pytest.approx(np.mean(errors))
+    assert not (workdir / "invjax.lock").exists()

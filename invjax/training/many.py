@@ -96,6 +96,19 @@ def model_config(config, seed: int):
     return c
 
 
+def model_record(record: dict, config, seed: int) -> dict:
+    """The ``results.json`` record of ``invjax.main`` (config file, overrides) as the single
+    run with ``seed`` would write it: ``seed`` (and ``data.realisation`` where tied) among the
+    overrides, this module's keys not (so :mod:`invjax.report` groups it with single runs)."""
+    if not record:
+        return {}
+    overrides = {k: v for k, v in record.get("overrides", {}).items() if k not in KEYS}
+    overrides["seed"] = seed
+    if config.get("realisation_from_seed"):
+        overrides["data.realisation"] = seed
+    return {**record, "overrides": dict(sorted(overrides.items()))}
+
+
 def split(config):
     """``(seeds, config)``: seeds ``(k_1, ..., k_K)`` (K >= 2) for a many-model command, else
     ``(None, the single run's config)`` (``config`` itself when none of :data:`KEYS` is set).
@@ -203,16 +216,18 @@ def _execute(mplan: ManyPlan, say, record: dict) -> list[dict]:
             except ValueError as e:
                 raise plan_lib.StageError(f"{s.label} in {s.workdir} cannot start: {e}") from e
         say(f"{label}: {len(todo)} model(s) in {', '.join(s.workdir for s in todo)}")
-        for s, r in zip(todo, lockstep.run(exps, mplan.strategy, say)):
+        seeds = [k for k, s in zip(mplan.seeds, stages) if s.results is None]
+        for k, s, r in zip(seeds, todo, lockstep.run(exps, mplan.strategy, say)):
             s.results, s.experiment = r, None
-            if record and (mplan.phases != "two_phase" or s.name != "head"):
-                if "config_file" not in r:
-                    r.update(record, **({"stream": s.name} if s.name != "run" else {}))
+            mine = model_record(record, mplan.config, k)
+            if mine and (mplan.phases != "two_phase" or s.name != "head"):
+                if "config_file" not in r:  # as invjax.training.plan.execute writes them
+                    r.update(mine, **({"stream": s.name} if s.name != "run" else {}))
                     plan_lib._write_results(s.workdir, r)
     out = []
-    for p in mplan.plans:
+    for k, p in zip(mplan.seeds, mplan.plans):
         if p.phases == "two_phase":
-            out.append(plan_lib._combine(p, record))
+            out.append(plan_lib._combine(p, model_record(record, mplan.config, k)))
         else:
             out.append(p.stages[0].results)
     return out
