@@ -9,9 +9,9 @@ are replaced by the shared ones. Only the stepping is here, in one of two strate
 
 ``'loop'``
     One compiled train step ``(state, images, labels, mean, std)`` called once per model per
-    step. The channel statistics of each model's training subset are *arguments* (a single
-    run bakes them in as constants), so the step compiles once for all K models. Numerically
-    the single run's step, model by model.
+    step (:func:`invjax.training.steps.jit_steps`: the channel statistics of each model's
+    training subset are arguments), so the step compiles once for all K models. It is the
+    single run's own program: model k equals the run with seed k bit for bit.
 ``'vmap'``
     ``jax.vmap`` of that step over the models' stacked states and batches ``[K, B, ...]``:
     one program per step for all K. On a ``('model', 'data')`` mesh (:func:`model_mesh`) the
@@ -45,7 +45,7 @@ from invjax.training import loop as loop_lib
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
 from invjax.training.signals import Interrupted, Stopped, StopRequest
-from invjax.training.steps import batch_indices, in_precision, make_eval_step, make_train_step
+from invjax.training.steps import batch_indices, in_precision, jit_steps, with_stats
 
 MODEL_AXIS = "model"
 STRATEGIES = ("loop", "vmap")
@@ -90,32 +90,17 @@ class SharedSteps:
     stacked models (``'vmap'``, built on first use)."""
 
     def __init__(self, exp: Experiment):
-        model, tx, augment = exp.model, exp.tx, exp.dataset.augment
-
-        def train(state, images, labels, mean, std):
-            return make_train_step(model, tx, augment, mean, std)(state, images, labels)
-
-        def evaluate(variables, images, labels, mask, mean, std):
-            return make_eval_step(model, mean, std)(variables, images, labels, mask)
-
-        self.exp, self._train = exp, train
-        rep, bat = parallel.replicated(exp.mesh), parallel.batch_sharding(exp.mesh)
-        self.train = in_precision(
-            jax.jit(train, in_shardings=(rep, bat, bat, rep, rep), out_shardings=(rep, rep)),
-            exp.precision,
-        )
-        self.eval = in_precision(
-            jax.jit(evaluate, in_shardings=(rep, bat, bat, bat, rep, rep), out_shardings=rep),
-            exp.eval_precision,
+        self.exp = exp
+        self.train, self.eval, self._train = jit_steps(
+            exp.model, exp.tx, exp.dataset.augment, exp.mesh, exp.precision, exp.eval_precision
         )
         self._vmapped = {}
 
     def bind(self, lp) -> None:
         """Give a model's loop the shared steps, with its own subset's statistics."""
-        mean = parallel.replicate(np.asarray(lp.ds.mean, np.float32), lp.mesh)
-        std = parallel.replicate(np.asarray(lp.ds.std, np.float32), lp.mesh)
-        lp.train_step = lambda state, x, y: self.train(state, x, y, mean, std)
-        lp.eval_step = lambda v, x, y, mask: self.eval(v, x, y, mask, mean, std)
+        lp.train_step, lp.eval_step = with_stats(
+            self.train, self.eval, lp.ds.mean, lp.ds.std, lp.mesh
+        )
 
     def vmapped(self, num_models: int):
         """``(step, mesh)``: the train step over ``K`` stacked models on :func:`model_mesh`."""

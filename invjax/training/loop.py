@@ -46,13 +46,7 @@ from invjax.training.experiment import Experiment, config_text, describe, flat_c
 from invjax.training.optimizer import lr_schedule
 from invjax.training.signals import Interrupted, Stopped, StopRequest
 from invjax.training.state import best_variables, initial_state, state_factory
-from invjax.training.steps import (
-    batch_indices,
-    evaluate,
-    in_precision,
-    make_eval_step,
-    make_train_step,
-)
+from invjax.training.steps import batch_indices, evaluate, jit_steps, with_stats
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -169,16 +163,13 @@ class _Loop:
                 self.tc.learning_rate, self.tc.lr_boundaries, self.tc.lr_decay_factor, self.spe
             ),
         )
-        self.train_step = in_precision(
-            parallel.jit_train_step(
-                make_train_step(exp.model, exp.tx, self.ds.augment, self.ds.mean, self.ds.std),
-                self.mesh,
-            ),
-            exp.precision,
+        # The subset's statistics are arguments of the steps, not constants: the compiled
+        # programs serve other seeds too (JAX's persistent cache; invjax.training.many).
+        train, evals, _ = jit_steps(
+            exp.model, exp.tx, self.ds.augment, self.mesh, exp.precision, exp.eval_precision
         )
-        self.eval_step = in_precision(
-            parallel.jit_eval_step(make_eval_step(exp.model, self.ds.mean, self.ds.std), self.mesh),
-            exp.eval_precision,
+        self.train_step, self.eval_step = with_stats(
+            train, evals, self.ds.mean, self.ds.std, self.mesh
         )
         self.t_start = time.perf_counter()
         self.elapsed0 = float(self.meta["wall_time_s"])

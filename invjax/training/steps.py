@@ -145,3 +145,42 @@ def evaluate(eval_step, variables, split, batch_size: int, mesh) -> tuple[float,
     loss = sum(float(o["loss"]) for o in outs) / n
     errors = sum(int(o["errors"]) for o in outs)
     return loss, 100.0 * errors / n
+
+
+def jit_steps(model, tx, augment: str, mesh, precision: str, eval_precision: str):
+    """``(train, evaluate)``: the jitted steps of a network with the training split's channel
+    statistics as *arguments*:
+
+        train(state, images, labels, mean, std) -> (state, metrics)
+        evaluate(variables, images, labels, mask, mean, std) -> masked sums
+
+    Their programs depend on the network, the optimiser and the shapes only, not on which
+    images a run trains on (a single run's steps used to hold ``mean``/``std`` as constants):
+    one compilation serves every model of a ``--config.seeds`` command, and JAX's persistent
+    compilation cache serves runs of other seeds and realisations. State and statistics
+    replicated, batches sharded (:mod:`invjax.parallel`); each runs under its precision.
+    """
+
+    def train(state, images, labels, mean, std):
+        return make_train_step(model, tx, augment, mean, std)(state, images, labels)
+
+    def evaluate(variables, images, labels, mask, mean, std):
+        return make_eval_step(model, mean, std)(variables, images, labels, mask)
+
+    rep, bat = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+    train_jit = jax.jit(train, in_shardings=(rep, bat, bat, rep, rep), out_shardings=(rep, rep))
+    eval_jit = jax.jit(evaluate, in_shardings=(rep, bat, bat, bat, rep, rep), out_shardings=rep)
+    return in_precision(train_jit, precision), in_precision(eval_jit, eval_precision), train
+
+
+def with_stats(train, evaluate, mean, std, mesh):
+    """``(train_step(state, images, labels), eval_step(variables, images, labels, mask))``:
+    :func:`jit_steps`' steps with one split's ``mean``/``std`` (float32 ``[C]``) put in."""
+    mean = parallel.replicate(np.asarray(mean, np.float32), mesh)
+    std = parallel.replicate(np.asarray(std, np.float32), mesh)
+    return (
+        lambda state, images, labels: train(state, images, labels, mean, std),
+        lambda variables, images, labels, mask: evaluate(
+            variables, images, labels, mask, mean, std
+        ),
+    )
