@@ -111,9 +111,12 @@ def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path):
 def test_model_k_of_a_vmapped_run_matches_the_single_run(single1, tmp_path):
     ref_dir, _ = single1
     workdir = str(tmp_path / "v")
-    summary = many.execute(many.check(tiny(seeds=(1, 2), seeds_strategy="vmap"), workdir))
+    config = tiny(seeds=(1, 2), seeds_strategy="vmap")
+    config.train.checkpoint_every_epochs = 2  # the run's parameters do not depend on saves
+    summary = many.execute(many.check(config, workdir))
     assert summary["strategy"] == "vmap"
     mine = os.path.join(workdir, "seed_1")
+    assert checkpoint.list_steps(mine) == [8]  # epoch 2 (the last) only
     # A vmapped convolution is a grouped one: other summation order, float32 rounding only.
     assert_params_close(params(mine), params(ref_dir), rtol=1e-3, atol=2e-5)
     with open(os.path.join(ref_dir, "results.json")) as f:
@@ -252,3 +255,20 @@ def test_dry_run_describes_every_model_and_writes_nothing(tmp_path):
     assert text.startswith("dry run: 2 models (seeds 3, 4) of one config in one program")
     assert f"seed 4 in {workdir}/seed_4:" in text and f"run: {workdir}/seed_3 (fresh start)" in text
     assert not os.path.exists(workdir)
+
+
+def test_checkpoint_every_epochs_saves_every_nth_epoch_end_and_the_last():
+    from ml_collections import ConfigDict
+
+    from invjax.training.loop import checkpoint_due
+    from invjax.training.optimizer import validate_train_config
+
+    tc = ConfigDict({"checkpoint_every_steps": 0, "checkpoint_every_epochs": 3})
+    due = [s for s in range(1, 4 * 7 + 1) if checkpoint_due(s, 4, 28, tc)]
+    assert due == [12, 24, 28]
+    tc.checkpoint_every_steps = 10
+    assert [s for s in range(1, 29) if checkpoint_due(s, 4, 28, tc)] == [10, 12, 20, 24, 28]
+    bad = tiny().train
+    bad.checkpoint_every_epochs = 0
+    with pytest.raises(ValueError, match="train.checkpoint_every_epochs=0 is invalid"):
+        validate_train_config(bad)

@@ -242,10 +242,9 @@ def _start(lp) -> None:
 
 
 def _boundary(lp) -> tuple[bool, bool]:
-    """(epoch end, checkpoint due) after ``lp.step``."""
-    epoch_end = lp.step % lp.spe == 0
-    every = lp.tc.checkpoint_every_steps
-    return epoch_end, epoch_end or bool(every and lp.step % every == 0)
+    """(epoch end, checkpoint due) after ``lp.step``, as a single run decides them."""
+    save = loop_lib.checkpoint_due(lp.step, lp.spe, lp.exp.num_steps, lp.tc)
+    return lp.step % lp.spe == 0, save
 
 
 def _train(loops, request: StopRequest, stacked: _Stacked | None) -> None:
@@ -264,13 +263,14 @@ def _train(loops, request: StopRequest, stacked: _Stacked | None) -> None:
                 lp.step += 1
             _vmapped_done(loops, pending, metrics)
             epoch_end, save = _boundary(loops[0])
-            if save:
+            if epoch_end or save:
                 _consume_all(loops, pending)
                 stacked.unstack()
                 for lp in loops:
                     if epoch_end:
                         lp.epoch_end()
-                    lp.save()
+                    if save:
+                        lp.save()
         else:
             for k in active:
                 lp = loops[k]
@@ -287,12 +287,13 @@ def _train(loops, request: StopRequest, stacked: _Stacked | None) -> None:
                     lp.consume(*pending[k])
                 pending[k] = (lp.step, metrics)
                 epoch_end, save = _boundary(lp)
-                if save:
+                if epoch_end or save:
                     lp.consume(*pending[k])
                     pending[k] = None
                     if epoch_end:
                         lp.epoch_end()
-                    lp.save()
+                    if save:
+                        lp.save()
         if request.signum is not None:
             _stop(loops, pending, request, stacked)
     if request.signum is not None:

@@ -58,6 +58,19 @@ class RunIOError(OSError):
     failure and the last good checkpoint, which is kept."""
 
 
+def checkpoint_due(step: int, steps_per_epoch: int, num_steps: int, tc) -> bool:
+    """Whether a checkpoint is saved after ``step``: every ``train.checkpoint_every_steps``
+    steps, at every ``train.checkpoint_every_epochs``-th epoch end (default 1: each), and at
+    the last step (a stop signal saves where it lands, whatever these say)."""
+    every = tc.checkpoint_every_steps
+    if every and step % every == 0:
+        return True
+    if step % steps_per_epoch:
+        return False
+    epochs = tc.get("checkpoint_every_epochs", 1)
+    return step == num_steps or (step // steps_per_epoch) % epochs == 0
+
+
 def _fresh_meta() -> dict:
     return {
         "epoch_sums": [0.0, 0.0, 0],
@@ -280,13 +293,14 @@ class _Loop:
                 self.consume(*pending)
             pending = (self.step, metrics)
             epoch_end = self.step % self.spe == 0
-            every = tc.checkpoint_every_steps
-            if epoch_end or (every and self.step % every == 0):
+            save = checkpoint_due(self.step, self.spe, self.exp.num_steps, tc)
+            if epoch_end or save:
                 self.consume(*pending)
                 pending = None
                 if epoch_end:
                     self.epoch_end()
-                self.save()
+                if save:
+                    self.save()
             if self.stop.signum is not None:
                 self.stop_here(pending)
         if self.stop.signum is not None:  # after the last step: its checkpoint is saved
