@@ -13,7 +13,7 @@ optimiser), state initialisation + first step (compilation), the train steps (ti
 waiting for them: dispatch and the consume that fetches each step's metrics), the epoch ends
 (train record, validation), checkpoint saves, the final evaluation and the certificate, and
 the rest (Python around them); and training images per second of the steps alone and of the
-whole run. ``--eval-every`` / ``--checkpoint-every-steps`` change those settings, for a
+whole run. ``--eval-every`` / ``--checkpoint-every-epochs`` / ``--checkpoint-every-steps`` change those settings, for a
 before/after comparison of the same run.
 """
 
@@ -56,6 +56,8 @@ def _study_config(args, seed: int | None, seeds):
     overrides.update({f"train.{k}": v for k, v in train.items()})
     if args.eval_every is not None:
         overrides["train.eval_every_epochs"] = args.eval_every
+    if args.checkpoint_every_epochs is not None:
+        overrides["train.checkpoint_every_epochs"] = args.checkpoint_every_epochs
     if args.checkpoint_every_steps is not None:
         overrides["train.checkpoint_every_steps"] = args.checkpoint_every_steps
     for key, value in overrides.items():
@@ -88,6 +90,7 @@ def main(argv=None) -> int:
     ap.add_argument("--strategy", default=None, help="loop or vmap (with --seeds)")
     ap.add_argument("--eval-every", type=int, default=None, help="train.eval_every_epochs")
     ap.add_argument("--checkpoint-every-steps", type=int, default=None)
+    ap.add_argument("--checkpoint-every-epochs", type=int, default=None)
     args = ap.parse_args(argv)
 
     from invjax import compilation_cache
@@ -148,7 +151,7 @@ def main(argv=None) -> int:
         f"{args.family} on {args.dataset}, N_t={args.n_train}, {train['num_epochs']} epochs x "
         f"{-(-(args.n_train or 1079) // args.batch_size)} steps (batch {args.batch_size}), "
         f"eval every {config.train.eval_every_epochs} epochs, checkpoint every "
-        f"{config.train.checkpoint_every_steps or 'epoch'} {'steps' if config.train.checkpoint_every_steps else ''}"
+        f"{config.train.checkpoint_every_epochs} epoch(s)"
         f"; {k} model(s); total {total:.1f} s"
     )
     for label, s in parts:
