@@ -222,6 +222,8 @@ def _run(exps, strategy: str, request: StopRequest, primary: bool, say) -> list[
                     "by the shared step this time ('loop')"
                 )
         _train(loops, request, stacked)
+        if stacked is not None:  # the last step is an epoch end, which unstacked already
+            stacked.unstack()
         return [lp.finish() for lp in loops]
     finally:
         for lp in loops:
