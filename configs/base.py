@@ -65,8 +65,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.eval_every_epochs = 1
     config.train.log_every_steps = 50
     config.train.checkpoint_every_steps = 0  # 0 = at epoch ends only
-    # Epoch ends that save: every Nth and the last (a study's short epochs: a save per step
-    # cost about 40% of the step time at N_t = 20, docs/many_models.md). SIGTERM saves anyway.
+    # Epoch ends that save: every Nth and the last (short epochs: at N_t = 20 a save per step
+    # took 45% of the steps' time, docs/many_models.md). SIGTERM saves anyway.
     config.train.checkpoint_every_epochs = 1
     config.train.keep_checkpoints = 3
     # Two-phase multi-stream training. trainable: parameter path prefixes that train (None =
