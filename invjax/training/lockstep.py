@@ -334,10 +334,10 @@ def _stop(loops, pending, request: StopRequest, stacked) -> None:
             lp.save()
             saved.append(lp.writer.directory)
     name = signal.Signals(request.signum).name
-    where = ", ".join(f"{lp.exp.config.seed}: step {lp.step}" for lp in loops)
+    where = ", ".join(f"seed {lp.exp.config.seed} after step {lp.step}" for lp in loops)
     raise Stopped(
         request.signum,
-        f"stopped by {name} with {len(loops)} models (seed: step {where}): "
+        f"stopped by {name} with {len(loops)} models ({where}): "
         + (f"checkpoints saved in {', '.join(saved)}" if saved else "nothing to save")
         + "; run the same command to resume",
     )
