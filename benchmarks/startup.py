@@ -60,13 +60,22 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="configs/digits_triple.py")
     ap.add_argument("--n-train", type=int, default=100)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument(
+        "--warm-seed",
+        type=int,
+        default=None,
+        help="the warm run trains this seed instead (another seed, same shapes, reads the cache)",
+    )
     ap.add_argument("extra", nargs="*", help="more --config.KEY=VALUE overrides")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         cache = os.path.join(tmp, "cache")
         rows = {}
         for label, c in (("cache off", "off"), ("cold cache", cache), ("warm cache", cache)):
-            rows[label] = run(args.config, os.path.join(tmp, label), c, args.n_train, args.extra)
+            extra = list(args.extra)
+            if label == "warm cache" and args.warm_seed is not None:
+                extra.append(f"--config.seed={args.warm_seed}")
+            rows[label] = run(args.config, os.path.join(tmp, label), c, args.n_train, extra)
             r = rows[label]
             print(
                 f"{label:<11} first step {r['first_step_s']:7.1f} s "

@@ -24,6 +24,9 @@ against a second run before any compute (:mod:`invjax.workdir`); a full disk or 
 failure during training stops with one message, keeping the last good checkpoint (exit status 1).
 SIGTERM or SIGINT finishes the current step, saves a checkpoint there and exits with status
 128 + the signal number (143, 130); the same command resumes (README, "Under faults").
+``--config.seeds=0,1,2`` trains one model per seed in ``DIR/seed_<k>/`` (each the single run
+with that seed) in one program; it prints ``seed=<k> test_error=X.XX%`` per model and, last, the
+mean as ``test_error=X.XX%`` (:mod:`invjax.training.many`, docs/many_models.md).
 Multi-stream configs with ``train.phases='two_phase'`` run both of the paper's phases (phase 1's
 stream runs in ``DIR/streams/<stream>``, then the head in ``DIR``; :mod:`invjax.training.plan`).
 The work itself is in :mod:`invjax.training` (its map: :mod:`invjax.train`).
@@ -32,6 +35,7 @@ The work itself is in :mod:`invjax.training` (its map: :mod:`invjax.train`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 
@@ -220,7 +224,9 @@ def main(argv):
                 kind="",
             )
     if results is not None:  # None: --dry_run
-        print(f"test_error={results['test_error']:.2f}%", flush=True)
+        for seed, r in results.get("results", {}).items():  # several seeds: each model's first
+            print(f"seed={seed} test_error={r['test_error']:.2f}%", flush=True)
+        print(f"test_error={results['test_error']:.2f}%", flush=True)  # their mean
 
 
 def _check_and_run(config, workdir_flag: str) -> dict | None:
@@ -234,14 +240,25 @@ def _check_and_run(config, workdir_flag: str) -> dict | None:
     import jax
 
     from invjax import checkpoint, compilation_cache, parallel, workdir
-    from invjax.training import loop
+    from invjax.training import loop, many
     from invjax.training import plan as plan_lib
     from invjax.training.experiment import describe
 
     try:
         path = workdir.check(workdir_flag)
-    except workdir.WorkdirError as e:
+        seeds, run_config = many.split(config)  # --config.seeds: K models (training.many)
+    except ValueError as e:  # WorkdirError too
         _fail(str(e))
+    record = _record()
+    if run_config is not config:  # one seed of config.seeds: recorded as that single run
+        record = many.model_record(record, config, run_config.seed)
+    config = run_config
+    if seeds is None:
+        check, execute, nbytes = plan_lib.check, plan_lib.execute, plan_lib.checkpoint_bytes
+        show = functools.partial(_describe, describe=describe)
+    else:
+        check, execute, nbytes = many.check, many.execute, many.checkpoint_bytes
+        show = functools.partial(many.describe, describe_plan=lambda p: _describe(p, describe))
     compilation_cache.enable(_CACHE.value)
     try:
         parallel.initialize_distributed(bool(config.get("multi_host", False)))
@@ -249,10 +266,10 @@ def _check_and_run(config, workdir_flag: str) -> dict | None:
         _fail(str(e))
     if _DRY_RUN.value:  # every check, no lock, nothing written
         try:
-            plan = plan_lib.check(config, workdir_flag)
+            plan = check(config, workdir_flag)
         except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
             _fail(str(e))
-        print(_describe(plan, describe), flush=True)
+        print(show(plan), flush=True)
         return None
     primary = jax.process_index() == 0
     bad_input = (ValueError, checkpoint.CheckpointError, FileNotFoundError)
@@ -261,19 +278,19 @@ def _check_and_run(config, workdir_flag: str) -> dict | None:
             existed = os.path.isdir(path)
             if existed and primary:
                 stack.enter_context(workdir.locked([path]))
-            plan = plan_lib.check(config, workdir_flag)  # every phase, before any compute
+            plan = check(config, workdir_flag)  # every phase, before any compute
             if not existed and primary:
                 stack.enter_context(workdir.locked([path]))
                 if set(os.listdir(path)) - {workdir.LOCK_FILE}:  # another run got there first
-                    plan = plan_lib.check(config, workdir_flag)
+                    plan = check(config, workdir_flag)
             if primary:
-                workdir.check_space(path, plan_lib.checkpoint_bytes(plan))
+                workdir.check_space(path, nbytes(plan))
         except bad_input as e:  # WorkdirError (busy, full) too
             _fail(str(e))
         except OSError as e:
             _fail(f"--workdir={workdir_flag}: {e}")
         try:
-            return plan_lib.execute(plan, record=_record())
+            return execute(plan, record=record)
         except (loop.NonFiniteLossError, loop.RunIOError, checkpoint.SaveError) as e:
             _fail(str(e), status=1)
         except (plan_lib.StageError, workdir.WorkdirError) as e:

@@ -20,6 +20,9 @@ one idea per module:
 ``training.plan``
     The stages of one command: one run, or the paper's two phases (phase-1 streams, then the
     head), each prepared once.
+``training.many``, ``training.lockstep``
+    ``--config.seeds``: K models of one config in one command, each the single run with its
+    seed, stepped together by one compiled step.
 """
 
 from __future__ import annotations

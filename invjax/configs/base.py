@@ -23,6 +23,15 @@ def get_config() -> ml_collections.ConfigDict:
     # (through the shared reference) the choice of the limited training set in data.seed.
     seed = ml_collections.FieldReference(0)
     config.seed = seed
+    # Many models in one program (invjax/training/many.py, docs/many_models.md): seeds=(0, 1, 2)
+    # trains one independent model per seed in DIR/seed_<k>/, each exactly the single run with
+    # --config.seed=k (a single seed is that run in DIR itself). realisation_from_seed=True sets
+    # data.realisation to each model's seed (the study's "seed = realisation"). seeds_strategy:
+    # 'auto' (None), 'loop' (one compiled step called per model) or 'vmap' (one step over the
+    # stacked models). None everywhere keeps a plain single run.
+    config.seeds = config_dict.placeholder(tuple)
+    config.realisation_from_seed = config_dict.placeholder(bool)
+    config.seeds_strategy = config_dict.placeholder(str)
     config.multi_host = False  # call jax.distributed.initialize() (also if JAX_COORDINATOR_ADDRESS)
     # Arithmetic (invjax/precision.py, README "Precision and the guarantee"): 'default' (the
     # backend's fastest float32: TF32 on NVIDIA GPUs, not exact there), 'highest' (true float32,
@@ -57,6 +66,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.eval_every_epochs = 1
     config.train.log_every_steps = 50
     config.train.checkpoint_every_steps = 0  # 0 = at epoch ends only
+    # Epoch ends that save: every Nth and the last (short epochs: at N_t = 20 a save per step
+    # took 45% of the steps' time, docs/many_models.md). SIGTERM saves anyway.
+    config.train.checkpoint_every_epochs = 1
     config.train.keep_checkpoints = 3
     # Two-phase multi-stream training. trainable: parameter path prefixes that train (None =
     # all), e.g. ('map_e2', 'combine', 'head'); the rest get zero updates. init_from: tuples

@@ -42,6 +42,7 @@ RESUMABLE_KEYS = (
     "train.eval_every_epochs",
     "train.log_every_steps",
     "train.checkpoint_every_steps",
+    "train.checkpoint_every_epochs",
     "train.keep_checkpoints",
 )
 

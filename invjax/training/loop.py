@@ -46,13 +46,7 @@ from invjax.training.experiment import Experiment, config_text, describe, flat_c
 from invjax.training.optimizer import lr_schedule
 from invjax.training.signals import Interrupted, Stopped, StopRequest
 from invjax.training.state import best_variables, initial_state, state_factory
-from invjax.training.steps import (
-    batch_indices,
-    evaluate,
-    in_precision,
-    make_eval_step,
-    make_train_step,
-)
+from invjax.training.steps import batch_indices, evaluate, jit_steps, with_stats
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -62,6 +56,19 @@ class NonFiniteLossError(FloatingPointError):
 class RunIOError(OSError):
     """Writing in the workdir failed during training (e.g. a full disk); the message names the
     failure and the last good checkpoint, which is kept."""
+
+
+def checkpoint_due(step: int, steps_per_epoch: int, num_steps: int, tc) -> bool:
+    """Whether a checkpoint is saved after ``step``: every ``train.checkpoint_every_steps``
+    steps, at every ``train.checkpoint_every_epochs``-th epoch end (default 1: each), and at
+    the last step (a stop signal saves where it lands, whatever these say)."""
+    every = tc.checkpoint_every_steps
+    if every and step % every == 0:
+        return True
+    if step % steps_per_epoch:
+        return False
+    epochs = tc.get("checkpoint_every_epochs", 1)
+    return step == num_steps or (step // steps_per_epoch) % epochs == 0
 
 
 def _fresh_meta() -> dict:
@@ -169,16 +176,13 @@ class _Loop:
                 self.tc.learning_rate, self.tc.lr_boundaries, self.tc.lr_decay_factor, self.spe
             ),
         )
-        self.train_step = in_precision(
-            parallel.jit_train_step(
-                make_train_step(exp.model, exp.tx, self.ds.augment, self.ds.mean, self.ds.std),
-                self.mesh,
-            ),
-            exp.precision,
+        # The subset's statistics are arguments of the steps, not constants: the compiled
+        # programs serve other seeds too (JAX's persistent cache; invjax.training.many).
+        train, evals, _ = jit_steps(
+            exp.model, exp.tx, self.ds.augment, self.mesh, exp.precision, exp.eval_precision
         )
-        self.eval_step = in_precision(
-            parallel.jit_eval_step(make_eval_step(exp.model, self.ds.mean, self.ds.std), self.mesh),
-            exp.eval_precision,
+        self.train_step, self.eval_step = with_stats(
+            train, evals, self.ds.mean, self.ds.std, self.mesh
         )
         self.t_start = time.perf_counter()
         self.elapsed0 = float(self.meta["wall_time_s"])
@@ -289,13 +293,14 @@ class _Loop:
                 self.consume(*pending)
             pending = (self.step, metrics)
             epoch_end = self.step % self.spe == 0
-            every = tc.checkpoint_every_steps
-            if epoch_end or (every and self.step % every == 0):
+            save = checkpoint_due(self.step, self.spe, self.exp.num_steps, tc)
+            if epoch_end or save:
                 self.consume(*pending)
                 pending = None
                 if epoch_end:
                     self.epoch_end()
-                self.save()
+                if save:
+                    self.save()
             if self.stop.signum is not None:
                 self.stop_here(pending)
         if self.stop.signum is not None:  # after the last step: its checkpoint is saved

@@ -60,6 +60,9 @@ def validate_train_config(tc) -> None:
     for key in ("log_every_steps", "checkpoint_every_steps"):
         if not is_int(tc[key]) or tc[key] < 0:
             bad(key, tc[key], "it must be an integer >= 0")
+    every_epochs = tc.get("checkpoint_every_epochs", 1)
+    if not is_int(every_epochs) or every_epochs < 1:
+        bad("checkpoint_every_epochs", every_epochs, "it must be an integer >= 1")
     if not is_int(tc.keep_checkpoints) or tc.keep_checkpoints < 1:
         bad("keep_checkpoints", tc.keep_checkpoints, "it must be an integer >= 1")
     b = tuple(tc.lr_boundaries)

@@ -216,6 +216,10 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     # must not be the same run.
     c.seed = config.seed + int(config.phase1[name].get("seed_offset", 0) or 0)
     c.multi_host = config.get("multi_host", False)
+    # A single run's values of the many-seed keys (invjax.training.many; configs/base.py).
+    c.seeds = ml_collections.config_dict.placeholder(tuple)
+    c.realisation_from_seed = ml_collections.config_dict.placeholder(bool)
+    c.seeds_strategy = ml_collections.config_dict.placeholder(str)
     c.precision = config.get("precision", "default")
     c.eval_precision = config.get("eval_precision", "highest")
     c.data = _copy(config.data)

@@ -195,8 +195,25 @@ INIT_CPU_COMPILER_OPTIONS = {
 }
 
 
+# Compiled initialisations of this process by program text: the models of one
+# --config.seeds command (invjax.training.many) differ only in the seed argument, so they share
+# one compilation even with the persistent compilation cache off. A few entries suffice.
+_COMPILED: dict[str, Any] = {}
+_COMPILED_MAX = 4
+
+
 def initial_state(make, args, sharding):
-    """``jax.jit(make, out_shardings=sharding)(args)``, compiled cheaply on CPU (see above)."""
+    """``jax.jit(make, out_shardings=sharding)(args)``, compiled cheaply on CPU (see above),
+    once per program text in a process."""
     lowered = jax.jit(make, out_shardings=sharding).lower(args)
-    options = INIT_CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
-    return lowered.compile(options)(args)
+    mesh = getattr(sharding, "mesh", None)  # a compiled program is bound to its devices
+    where = str(sharding) if mesh is None else [d.id for d in np.asarray(mesh.devices).flat]
+    key = f"{where}\n{lowered.as_text()}"
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        options = INIT_CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
+        compiled = lowered.compile(options)
+        while len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[key] = compiled
+    return compiled(args)

@@ -45,10 +45,19 @@ def in_precision(fn: Callable, name: str) -> Callable:
     return call
 
 
+def _stats(x):
+    """A channel statistic as a float32 constant, or the traced value as it is."""
+    return x if isinstance(x, jax.core.Tracer) else np.asarray(x, np.float32)
+
+
 def make_train_step(model, tx, augment: str, mean, std) -> Callable:
-    """``train_step(state, images, labels) -> (state, {'loss': mean, 'errors': count})``."""
-    mean = np.asarray(mean, np.float32)
-    std = np.asarray(std, np.float32)
+    """``train_step(state, images, labels) -> (state, {'loss': mean, 'errors': count})``.
+
+    ``mean``, ``std``: float32 ``[C]``, constants of the step, or traced values when the step is
+    built inside a jitted function that takes them as arguments (one compiled step serving
+    several training subsets, :mod:`invjax.training.many`).
+    """
+    mean, std = _stats(mean), _stats(std)
 
     def train_step(state: TrainState, images, labels):
         k_aug, k_drop = jax.random.split(jax.random.fold_in(state.rng, state.step))
@@ -76,9 +85,9 @@ def make_train_step(model, tx, augment: str, mean, std) -> Callable:
 
 
 def make_eval_step(model, mean, std) -> Callable:
-    """``eval_step(variables, images, labels, mask) -> {'loss': sum, 'errors': count}`` (masked)."""
-    mean = np.asarray(mean, np.float32)
-    std = np.asarray(std, np.float32)
+    """``eval_step(variables, images, labels, mask) -> {'loss': sum, 'errors': count}`` (masked;
+    ``mean``, ``std`` as in :func:`make_train_step`)."""
+    mean, std = _stats(mean), _stats(std)
 
     def eval_step(variables, images, labels, mask):
         logits = model.apply(variables, data_lib.to_float(images, mean, std), train=False)
@@ -138,3 +147,42 @@ def evaluate(eval_step, variables, split, batch_size: int, mesh) -> tuple[float,
     loss = sum(float(o["loss"]) for o in outs) / n
     errors = sum(int(o["errors"]) for o in outs)
     return loss, 100.0 * errors / n
+
+
+def jit_steps(model, tx, augment: str, mesh, precision: str, eval_precision: str):
+    """``(train, evaluate)``: the jitted steps of a network with the training split's channel
+    statistics as *arguments*:
+
+        train(state, images, labels, mean, std) -> (state, metrics)
+        evaluate(variables, images, labels, mask, mean, std) -> masked sums
+
+    Their programs depend on the network, the optimiser and the shapes only, not on which
+    images a run trains on (a single run's steps used to hold ``mean``/``std`` as constants):
+    one compilation serves every model of a ``--config.seeds`` command, and JAX's persistent
+    compilation cache serves runs of other seeds and realisations. State and statistics
+    replicated, batches sharded (:mod:`invjax.parallel`); each runs under its precision.
+    """
+
+    def train(state, images, labels, mean, std):
+        return make_train_step(model, tx, augment, mean, std)(state, images, labels)
+
+    def evaluate(variables, images, labels, mask, mean, std):
+        return make_eval_step(model, mean, std)(variables, images, labels, mask)
+
+    rep, bat = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+    train_jit = jax.jit(train, in_shardings=(rep, bat, bat, rep, rep), out_shardings=(rep, rep))
+    eval_jit = jax.jit(evaluate, in_shardings=(rep, bat, bat, bat, rep, rep), out_shardings=rep)
+    return in_precision(train_jit, precision), in_precision(eval_jit, eval_precision), train
+
+
+def with_stats(train, evaluate, mean, std, mesh):
+    """``(train_step(state, images, labels), eval_step(variables, images, labels, mask))``:
+    :func:`jit_steps`' steps with one split's ``mean``/``std`` (float32 ``[C]``) put in."""
+    mean = parallel.replicate(np.asarray(mean, np.float32), mesh)
+    std = parallel.replicate(np.asarray(std, np.float32), mesh)
+    return (
+        lambda state, images, labels: train(state, images, labels, mean, std),
+        lambda variables, images, labels, mask: evaluate(
+            variables, images, labels, mask, mean, std
+        ),
+    )

@@ -1,0 +1,274 @@
+"""``--config.seeds``: K models of one config in one program, each the single run with its seed.
+
+Tiny runs (digits, N_t = 100, width-4 CNN, batch 32: 4 steps per epoch, 2 epochs): model k of a
+K-model run is compared with the single run with seed k, on the same splits (the prepared
+datasets) and parameter by parameter after its 8 steps; a K-model run cut after one epoch is
+resumed to two; bad ``seeds`` values stop before any compute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from invjax import configs
+from invjax import checkpoint
+from invjax.training import many
+from invjax.training import plan as plan_lib
+from invjax.training.experiment import describe
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny(seeds=None, epochs=2, **extra):
+    c = configs.load(os.path.join(REPO, "configs/digits_cnn.py"))
+    c.data.name = "digits"
+    c.data.n_train = 100
+    c.model.width = 4
+    c.train.batch_size = 32
+    c.train.eval_batch_size = 200
+    c.train.num_epochs = epochs
+    c.train.lr_boundaries = ()
+    c.train.log_every_steps = 0
+    c.seeds = seeds
+    for key, value in extra.items():
+        c[key] = value
+    return c
+
+
+def params(workdir):
+    return checkpoint.restore_latest(workdir).state["params"]
+
+
+def assert_params_close(a, b, rtol, atol):
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(leaves_a) == len(leaves_b) > 0
+    for x, y in zip(leaves_a, leaves_b):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def records(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def single1(tmp_path_factory):
+    """The single run with seed 1 (today's path, ``seeds`` unset): its workdir and plan."""
+    workdir = str(tmp_path_factory.mktemp("single") / "run")
+    config = tiny()
+    config.seed = 1  # configs/base.py: data.seed follows
+    plan = plan_lib.check(config, workdir)
+    dataset = plan.stages[0].experiment.dataset
+    plan_lib.execute(plan)
+    return workdir, dataset
+
+
+def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path):
+    ref_dir, ref_data = single1
+    workdir = str(tmp_path / "k")
+    # One epoch first, then the same command with two: every model resumes from step 4.
+    mplan = many.check(tiny(seeds=(0, 1), epochs=1, seeds_strategy="loop"), workdir)
+    data = {k: p.stages[0].experiment.dataset for k, p in zip(mplan.seeds, mplan.plans)}
+    np.testing.assert_array_equal(data[1].train.labels, ref_data.train.labels)  # same subset
+    np.testing.assert_array_equal(data[1].train.images, ref_data.train.images)
+    assert not np.array_equal(data[0].train.images, data[1].train.images)  # its own subset
+    many.execute(mplan)
+    mplan = many.check(tiny(seeds=(0, 1), epochs=2, seeds_strategy="loop"), workdir)
+    assert [p.stages[0].experiment.restored.step for p in mplan.plans] == [4, 4]
+    summary = many.execute(mplan)
+
+    assert sorted(os.listdir(workdir)) == ["seed_0", "seed_1", "seeds.json"]
+    mine = os.path.join(workdir, "seed_1")
+    with (
+        open(os.path.join(mine, "config.json")) as f,
+        open(os.path.join(ref_dir, "config.json")) as g,
+    ):
+        assert json.load(f) == json.load(g)  # the single run's config, seed 1
+    with (
+        open(os.path.join(mine, "results.json")) as f,
+        open(os.path.join(ref_dir, "results.json")) as g,
+    ):
+        got, want = json.load(f), json.load(g)
+    for key in ("test_error", "val_error", "n_train", "seed", "steps", "epochs", "params"):
+        assert got[key] == want[key], key
+    assert [(r["step"], r["split"]) for r in records(mine)] == [
+        (r["step"], r["split"]) for r in records(ref_dir)
+    ]
+    # The single run's own compiled step: bit for bit.
+    assert_params_close(params(mine), params(ref_dir), rtol=0, atol=0)
+    assert summary["test_errors"]["1"] == want["test_error"]
+    assert summary["test_error"] == pytest.approx(np.mean(list(summary["test_errors"].values())))
+    assert set(checkpoint.list_steps(mine)) >= {4, 8}
+
+
+def test_model_k_of_a_vmapped_run_matches_the_single_run(single1, tmp_path):
+    ref_dir, _ = single1
+    workdir = str(tmp_path / "v")
+    config = tiny(seeds=(1, 2), seeds_strategy="vmap")
+    config.train.checkpoint_every_epochs = 2  # the run's parameters do not depend on saves
+    summary = many.execute(many.check(config, workdir))
+    assert summary["strategy"] == "vmap"
+    mine = os.path.join(workdir, "seed_1")
+    assert checkpoint.list_steps(mine) == [8]  # epoch 2 (the last) only
+    # A vmapped convolution is a grouped one: other summation order, float32 rounding only.
+    assert_params_close(params(mine), params(ref_dir), rtol=1e-3, atol=2e-5)
+    with open(os.path.join(ref_dir, "results.json")) as f:
+        want = json.load(f)
+    with open(os.path.join(mine, "results.json")) as f:
+        got = json.load(f)
+    assert got["seed"] == 1 and got["steps"] == want["steps"] == 8
+    assert abs(got["test_error"] - want["test_error"]) <= 0.6  # at most 2 of 359 test digits
+
+
+def test_model_config_is_the_single_runs():
+    c = tiny(seeds=(3, 4), realisation_from_seed=True, seeds_strategy="vmap")
+    m = many.model_config(c, 4)
+    assert (m.seed, m.data.seed, m.data.realisation) == (4, 4, 4)
+    assert (m.seeds, m.realisation_from_seed, m.seeds_strategy) == (None, None, None)
+    assert (c.seed, c.data.realisation) == (0, 0)  # the command's config is left alone
+    assert many.split(tiny(seeds=(5,)))[1].seed == 5  # one seed: the single run with that seed
+    plain = tiny()
+    assert many.split(plain) == (None, plain)
+
+
+@pytest.mark.parametrize(
+    "seeds, words",
+    [
+        ((), "is empty"),
+        ((0, 1, 1), "repeats [1]"),
+        ((0, -1), "(-1)"),
+        ((0, 1.5), "(1.5)"),
+        (("a,b",), "('a,b')"),
+        ((True, 2), "(True)"),
+    ],
+)
+def test_bad_seeds_are_refused(seeds, words):
+    with pytest.raises(ValueError, match="seeds=") as e:
+        many.split(tiny(seeds=seeds))
+    assert words in str(e.value)
+
+
+def test_bad_seeds_stop_the_command_before_compute(tmp_path):
+    workdir = tmp_path / "w"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invjax.main",
+            "--config=configs/digits_cnn.py",
+            f"--workdir={workdir}",
+            "--config.seeds=0,2,2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "seeds=(0, 2, 2) repeats [2]" in proc.stderr
+    assert not workdir.exists()
+
+
+SPREAD = """
+import json, sys
+import jax, numpy as np
+sys.path.insert(0, {tests!r})
+from test_many_models import tiny, params
+from invjax.training import lockstep, many
+
+summary = many.execute(many.check(tiny(seeds=(1, 2), seeds_strategy="vmap"), {k!r}))
+diff = max(
+    float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+    for a, b in zip(jax.tree.leaves(params({k!r} + "/seed_1")), jax.tree.leaves(params({ref!r})))
+)
+print(json.dumps({{"devices": jax.device_count(), "mesh": dict(lockstep.model_mesh(2).shape),
+                  "diff": diff, "strategy": summary["strategy"]}}))
+"""
+
+
+def test_models_spread_over_two_devices(single1, tmp_path):
+    """2 forced CPU devices: a ('model', 'data') mesh of 2 x 1 puts one model on each device;
+    model 1 matches the single run with seed 1 (on one device)."""
+    script = SPREAD.format(tests=os.path.join(REPO, "tests"), ref=single1[0], k=str(tmp_path / "k"))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 2 and out["mesh"] == {"model": 2, "data": 1}
+    assert out["strategy"] == "vmap"
+    assert out["diff"] < 1e-4
+
+
+def test_the_command_prints_each_model_then_the_mean(tmp_path):
+    workdir = tmp_path / "w"
+    cmd = [
+        sys.executable,
+        "-m",
+        "invjax.main",
+        "--config=configs/digits_cnn.py",
+        f"--workdir={workdir}",
+        "--config.data.name=digits",
+        "--config.data.n_train=100",
+        "--config.model.width=4",
+        "--config.train.batch_size=32",
+        "--config.train.num_epochs=1",
+        "--config.train.lr_boundaries=()",
+        "--config.seeds=3,4",
+        "--compilation_cache=off",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-3:]
+    errors = []
+    for seed, line in zip((3, 4), last):
+        with open(workdir / f"seed_{seed}" / "results.json") as f:
+            r = json.load(f)
+        assert line == f"seed={seed} test_error={r['test_error']:.2f}%"
+        assert r["overrides"]["seed"] == seed and "seeds" not in r["overrides"]
+        errors.append(r["test_error"])
+    assert last[2] == f"test_error={np.mean(errors):.2f}%"
+    with open(workdir / "seeds.json") as f:
+        assert json.load(f)["test_error"] == pytest.approx(np.mean(errors))
+    assert not (workdir / "invjax.lock").exists()
+
+
+def test_dry_run_describes_every_model_and_writes_nothing(tmp_path):
+    from invjax import main
+
+    workdir = str(tmp_path / "w")
+    mplan = many.check(tiny(seeds=(3, 4)), workdir)
+    text = many.describe(mplan, lambda p: main._describe(p, describe))
+    assert text.startswith("dry run: 2 models (seeds 3, 4) of one config in one program")
+    assert f"seed 4 in {workdir}/seed_4:" in text and f"run: {workdir}/seed_3 (fresh start)" in text
+    assert not os.path.exists(workdir)
+
+
+def test_checkpoint_every_epochs_saves_every_nth_epoch_end_and_the_last():
+    from ml_collections import ConfigDict
+
+    from invjax.training.loop import checkpoint_due
+    from invjax.training.optimizer import validate_train_config
+
+    tc = ConfigDict({"checkpoint_every_steps": 0, "checkpoint_every_epochs": 3})
+    due = [s for s in range(1, 4 * 7 + 1) if checkpoint_due(s, 4, 28, tc)]
+    assert due == [12, 24, 28]
+    tc.checkpoint_every_steps = 10
+    assert [s for s in range(1, 29) if checkpoint_due(s, 4, 28, tc)] == [10, 12, 20, 24, 28]
+    bad = tiny().train
+    bad.checkpoint_every_epochs = 0
+    with pytest.raises(ValueError, match="train.checkpoint_every_epochs=0 is invalid"):
+        validate_train_config(bad)
