@@ -71,8 +71,7 @@ def per_step(args, seeds) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from invjax import configs
-    from invjax import compilation_cache, parallel
+    from invjax import compilation_cache, configs, parallel
     from invjax.training import lockstep, many
     from invjax.training.state import initial_state, state_factory
     from invjax.training.steps import with_stats

@@ -17,8 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from invjax import configs
-from invjax import checkpoint
+from invjax import checkpoint, configs
 from invjax.training import many
 from invjax.training import plan as plan_lib
 from invjax.training.experiment import describe
