@@ -357,7 +357,7 @@ def restore_latest(
         else ""
     )
     raise CheckpointError(
-        f"no usable checkpoint in {directory} (steps {steps} all failed: {lines}). Nothing was "
+        f"no readable checkpoint in {directory} (steps {steps} all failed: {lines}). Nothing was "
         f"changed.{how} Or use a new --workdir to start afresh, or move the steps away."
     )
 

@@ -443,7 +443,7 @@ def test_damaged_steps_without_manifests_are_not_loaded(finished, tmp_path):
         f.write(bytes(range(100)))
     before = {p: open(p, "rb").read() for p in files}
     line = one_line_error(run_main(wd))
-    assert f"no usable checkpoint in {checkpoint.checkpoint_dir(wd)} (steps [2, 4, 6]" in line
+    assert f"no readable checkpoint in {checkpoint.checkpoint_dir(wd)} (steps [2, 4, 6]" in line
     assert "step 6: it has no integrity manifest" in line
     assert f"python -m invjax.checkpoint --workdir={wd} --trust_step=6" in line
     assert {p: open(p, "rb").read() for p in files} == before
@@ -547,3 +547,61 @@ def test_invariance_rejects_bad_images_and_another_models_checkpoint(finished, t
     ok = run_invariance(*data, "--config.model.width=4", f"--workdir={finished}", "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert json.loads(ok.stdout.strip().splitlines()[-1])["variables"] == "checkpoint"
+
+
+# ----------------------------------------------------------------------------- sweep
+
+
+def test_sweep_passes_sigterm_to_its_run_which_saves_and_a_rerun_resumes(tmp_path):
+    """SIGTERM to ``launch/sweep.py --local`` while its run trains: the run gets it, saves at the
+    step it reached and ends before the sweep, which exits 143; the same sweep command resumes
+    the run from that checkpoint and finishes it."""
+    runs = tmp_path / "runs"
+    sets = {
+        "data.name": "digits",
+        "model.width": 4,
+        "train.batch_size": 32,
+        "train.eval_batch_size": 200,
+        "train.num_epochs": 10,
+        "train.lr_boundaries": "(6,)",
+        "train.checkpoint_every_steps": 0,
+        "train.log_every_steps": 0,
+    }
+    cmd = [sys.executable, "launch/sweep.py", "digits_cnn", "--sizes", "100", "--seeds", "0"]
+    cmd += ["--runs-dir", str(runs), "--local"]
+    for key, value in sets.items():
+        cmd += ["--set", f"{key}={value}"]
+    wd = str(runs / "digits_cnn" / "n100_s0")
+    for _ in range(3):  # a fast machine may finish before the signal: start afresh
+        shutil.rmtree(runs, ignore_errors=True)
+        sweep = subprocess.Popen(
+            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        ckpt = checkpoint.checkpoint_dir(wd)
+        deadline = time.time() + 240
+        while sweep.poll() is None and time.time() < deadline:
+            if os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt)):
+                break
+            time.sleep(0.01)
+        try:
+            child = json.load(open(os.path.join(wd, workdir.LOCK_FILE)))["pid"]
+        except (OSError, ValueError):
+            child = None
+        sweep.send_signal(signal.SIGTERM)
+        out, err = sweep.communicate(timeout=300)
+        if sweep.returncode != 0:
+            break
+    assert sweep.returncode == 143, err[-3000:]
+    assert child is not None
+    with pytest.raises(ProcessLookupError):  # the run ended before the sweep did
+        os.kill(child, 0)
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("sweep: stopped by SIGTERM: 1 run(s) saved a checkpoint"), err
+    assert any(x.startswith("invjax: stopped by SIGTERM after step ") for x in lines), err
+    steps = checkpoint.list_steps(wd)
+    assert steps and checkpoint.verify_manifest(wd, steps[-1]) is None
+    assert not os.path.exists(os.path.join(wd, "results.json"))
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from the checkpoint of step {steps[-1]} " in again.stdout
+    assert json.load(open(os.path.join(wd, "results.json")))["steps"] == 40
