@@ -173,7 +173,11 @@ class Lock:
         """An fd of the lock file with our flock on it, the file still being the one at
         ``self.path`` (a releasing process unlinks it: retry on the new one)."""
         for _ in range(100):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # a refused run removed the directory it had created
+                os.makedirs(self.workdir, exist_ok=True)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
