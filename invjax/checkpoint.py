@@ -13,13 +13,16 @@ removes the temporary directories of earlier, interrupted saves when it opens
 
 Integrity: after each save, ``WORKDIR/checkpoint_manifests/<step>.json`` records the size and
 SHA-256 of every file of the step. A step is *verified* when its files match its manifest. A step
-whose files differ is damaged; a step without a manifest (deleted, or the run was killed between
-saving the step and recording it) cannot be checked. Neither is loaded by default:
+whose files differ is damaged; a step without a manifest (deleted) cannot be checked. Neither is
+loaded by default:
 :func:`restore_latest` falls back to the newest verified step with a warning, and if there is
 none raises :class:`CheckpointError` naming each step, why, and (for steps without a manifest)
 how to load one anyway: ``python -m invjax.checkpoint --workdir=DIR --trust_step=N`` records the
 step's manifest as its files are now (the ``allow_unverified`` argument does the same for one
-call in Python).
+call in Python). One case is told apart: a ``<step>.pending`` marker, written before each save
+and removed with the manifest, shows a step whose run was killed between orbax's atomic commit
+and its manifest; such a step is complete, loads with a warning, and the next writer records its
+manifest (:func:`is_unrecorded`).
 
 Reading never modifies anything. Only :class:`Writer`, which is opened after every check has
 passed, moves the steps that were passed over out of the way (into
@@ -165,6 +168,19 @@ def has_manifest(workdir: str, step: int) -> bool:
     return epath.Path(_manifest_path(workdir, step)).exists()
 
 
+def _pending_path(workdir: str, step: int) -> str:
+    return str(epath.Path(_root(workdir)) / MANIFEST_SUBDIR / f"{step}.pending")
+
+
+def is_unrecorded(workdir: str, step: int) -> bool:
+    """True for a step whose save began (its ``<step>.pending`` marker, written before orbax's
+    save) but whose manifest was never written: the run was killed between orbax's atomic
+    commit and the manifest. Orbax's commit makes such a step complete, so it loads (with a
+    warning) and the next writer records its manifest; a step without a manifest *or* a marker
+    (manifests deleted) is not trusted."""
+    return not has_manifest(workdir, step) and epath.Path(_pending_path(workdir, step)).exists()
+
+
 def verify_manifest(workdir: str, step: int) -> str | None:
     """None if the step is verified (its files match the manifest written when it was saved);
     else why not: no manifest, an unreadable one, or the first file that differs.
@@ -204,9 +220,10 @@ def write_manifest(workdir: str, step: int, kept_steps) -> None:
     tmp = epath.Path(str(path) + ".tmp")
     tmp.write_text(json.dumps(digests))
     tmp.replace(path)
-    kept = {f"{s}.json" for s in kept_steps}
+    epath.Path(_pending_path(workdir, step)).unlink(missing_ok=True)
+    kept = {f"{s}.{ext}" for s in kept_steps for ext in ("json", "pending")}
     for child in path.parent.iterdir():
-        if child.name.endswith(".json") and child.name not in kept:
+        if child.name.endswith((".json", ".pending")) and child.name not in kept:
             child.unlink()
 
 
@@ -254,7 +271,14 @@ class Restored:
 
 def _restore(mngr, workdir: str, step: int, target: Any, allow_unverified: bool) -> Restored:
     """One step, checked against its manifest first; raises on any damage or mismatch."""
-    if not has_manifest(workdir, step):
+    if is_unrecorded(workdir, step):
+        logging.warning(
+            "checkpoint step %d of %s was committed by orbax but the run stopped before "
+            "recording its integrity manifest: loaded as orbax committed it",
+            step,
+            checkpoint_dir(workdir),
+        )
+    elif not has_manifest(workdir, step):
         if not allow_unverified:
             raise UnverifiedError(verify_manifest(workdir, step))
         logging.warning(
@@ -435,6 +459,11 @@ class Writer:
         _sync_processes("invjax_checkpoint_writer_open")
         self._mngr = _manager(self.directory, read_only=False, keep=keep)
         self.last_saved: int | None = self._mngr.latest_step()
+        if primary:
+            for step in self._mngr.all_steps():
+                if is_unrecorded(self.workdir, step):  # finish what its save did not
+                    write_manifest(self.workdir, step, self._mngr.all_steps())
+                    logging.warning("recorded the missing manifest of checkpoint step %d", step)
 
     def _set_aside(self, step: int, reason: str) -> None:
         src = epath.Path(self.directory) / str(step)
@@ -460,6 +489,10 @@ class Writer:
         meta = dict(meta, step=int(step))
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
         try:
+            if self.primary:  # tells a kill between orbax's commit and the manifest (is_unrecorded)
+                marker = epath.Path(_pending_path(self.workdir, step))
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.write_text("")
             self._mngr.save(step, args=args, force=True)
             self._mngr.wait_until_finished()
         except Exception as e:  # noqa: BLE001 (tensorstore/orbax wrap OS errors in many types)
@@ -488,6 +521,10 @@ class Writer:
         """
         if not self.primary:
             return
+        try:
+            epath.Path(_pending_path(self.workdir, step)).unlink(missing_ok=True)
+        except OSError:
+            pass
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -540,6 +577,8 @@ def _describe_steps(workdir: str) -> list[str]:
     lines = []
     for step in list_steps(workdir):
         problem = verify_manifest(workdir, step)
+        if is_unrecorded(workdir, step):
+            problem = "committed, its manifest not yet recorded (loads; the next run records it)"
         lines.append(f"step {step}: " + ("verified" if problem is None else problem))
     return lines
 
