@@ -321,6 +321,25 @@ def test_a_step_without_manifest_is_not_loaded_unless_trusted(finished, tmp_path
     assert checkpoint.restore_latest(workdir).step == 8
 
 
+def test_a_step_killed_before_its_manifest_loads_and_gets_it(finished, tmp_path, caplog):
+    """A kill between orbax's commit and the manifest leaves the save's pending marker and no
+    manifest: orbax's atomic commit makes the step complete, so it loads (with a warning) and
+    the next writer records its manifest; without the marker (manifest deleted) it would not."""
+    workdir0, *_ = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(workdir0, workdir)
+    manifests = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR)
+    os.remove(os.path.join(manifests, "8.json"))
+    open(os.path.join(manifests, "8.pending"), "w").close()  # as Writer.save leaves it
+    assert checkpoint.is_unrecorded(workdir, 8)
+    with caplog.at_level(logging.WARNING):
+        assert checkpoint.restore_latest(workdir).step == 8
+    assert any("before recording its integrity manifest" in r.getMessage() for r in caplog.records)
+    checkpoint.Writer(workdir, keep=3).close()
+    assert sorted(os.listdir(manifests)) == ["4.json", "6.json", "8.json"]
+    assert checkpoint.verify_manifest(workdir, 8) is None
+
+
 def test_no_verified_step_stops_naming_how_to_load_one(finished, tmp_path):
     workdir0, config, *_ = finished
     workdir = str(tmp_path / "run")
