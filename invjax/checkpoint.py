@@ -512,8 +512,8 @@ class Writer:
 
     def _discard(self, step: int) -> None:
         """Remove what a failed save of ``step`` left: orbax's temporary directories (found as
-        orbax finds them) and the step itself if orbax committed it before the failure (a step
-        without a manifest would not be loaded anyway).
+        orbax finds them), the step itself if orbax committed it before the failure (its
+        manifest could not be written), and its pending marker.
 
         The synchronous save raises at the first failed item while another item's write may
         still be finishing in orbax's threads (which it does not expose), so a removal that
@@ -521,10 +521,6 @@ class Writer:
         """
         if not self.primary:
             return
-        try:
-            epath.Path(_pending_path(self.workdir, step)).unlink(missing_ok=True)
-        except OSError:
-            pass
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -542,11 +538,18 @@ class Writer:
         import jax
 
         self._mngr.reload()
-        if step in self._mngr.all_steps() and jax.process_count() == 1:
+        if step in self._mngr.all_steps():
+            if jax.process_count() > 1:  # orbax's delete is collective: the marker keeps the
+                return  # committed step loadable, and the next writer records its manifest
             try:
                 self._mngr.delete(step)  # its deletion, like its save, through orbax
             except (OSError, ValueError) as e:
                 logging.warning("could not remove unrecorded step %d: %s", step, _short(e))
+                return
+        try:
+            epath.Path(_pending_path(self.workdir, step)).unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def _failure(self, step: int, e: BaseException) -> str:
         steps = [s for s in list_steps(self.workdir) if s != step and has_manifest(self.workdir, s)]
