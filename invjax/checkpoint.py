@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import hashlib
 import json
 import logging as std_logging
@@ -488,6 +489,7 @@ class Writer:
             return
         meta = dict(meta, step=int(step))
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        failure = None
         try:
             if self.primary:  # tells a kill between orbax's commit and the manifest (is_unrecorded)
                 marker = epath.Path(_pending_path(self.workdir, step))
@@ -497,7 +499,14 @@ class Writer:
             self._mngr.wait_until_finished()
         except Exception as e:  # noqa: BLE001 (tensorstore/orbax wrap OS errors in many types)
             self._discard(step)
-            raise SaveError(self._failure(step, e)) from e
+            failure = self._failure(step, e)
+        if failure is not None:
+            # Raised without orbax's exception attached: its traceback holds the failed save's
+            # asyncio tasks, which would otherwise be collected only at exit and then print
+            # "Task exception was never retrieved" after the run's last line. Collected now,
+            # Python's report of them goes where the logs go (the run's log, invjax.workdir).
+            gc.collect()
+            raise SaveError(failure)
         if self.primary:
             try:
                 write_manifest(self.workdir, step, self._mngr.all_steps())
