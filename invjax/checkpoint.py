@@ -3,33 +3,49 @@
 Layout: ``WORKDIR/checkpoints/<step>/{state,meta}``. ``state`` is the whole
 :class:`invjax.training.state.TrainState` pytree (params, batch_stats, optimiser state, step, RNG key,
 other variable collections and the best-validation copy); ``meta`` is JSON (epoch position,
-running epoch sums, best validation error, elapsed time and the config). Orbax writes each step
-to a temporary directory and renames it when complete, so a process killed while saving leaves
-no half checkpoint under a step name (only a temporary directory that the next writer removes).
+running epoch sums, best validation error, elapsed time and the config).
+
+Atomicity is orbax's: a step is written to a temporary directory and renamed when complete, so a
+process killed while saving leaves no half checkpoint under a step name. A manager that writes
+removes the temporary directories of earlier, interrupted saves when it opens
+(``cleanup_tmp_directories``); a save that fails (a full disk) removes its own at once
+(:meth:`Writer.save`, finding them with orbax's ``all_temporary_paths``).
 
 Integrity: after each save, ``WORKDIR/checkpoint_manifests/<step>.json`` records the size and
-SHA-256 of every file of the step; a step whose files no longer match is unreadable, found
-before orbax reads anything.
+SHA-256 of every file of the step. A step is *verified* when its files match its manifest. A step
+whose files differ is damaged; a step without a manifest (deleted) cannot be checked. Neither is
+loaded by default:
+:func:`restore_latest` falls back to the newest verified step with a warning, and if there is
+none raises :class:`CheckpointError` naming each step, why, and (for steps without a manifest)
+how to load one anyway: ``python -m invjax.checkpoint --workdir=DIR --trust_step=N`` records the
+step's manifest as its files are now (the ``allow_unverified`` argument does the same for one
+call in Python). One case is told apart: a ``<step>.pending`` marker, written before each save
+and removed with the manifest, shows a step whose run was killed between orbax's atomic commit
+and its manifest; such a step is complete, loads with a warning, and the next writer records its
+manifest (:func:`is_unrecorded`).
 
-Reading never modifies anything: :func:`restore_latest` tries the newest step first and, when a
-step cannot be read, warns and falls back to the previous one; if checkpoints exist and none can
-be read it raises :class:`CheckpointError` naming each step and why. Only :class:`Writer`, which
-is opened after every check has passed, moves an unreadable step out of the way (into
-``WORKDIR/corrupt_checkpoints/``, never deleting it) so that training can save that step again.
+Reading never modifies anything. Only :class:`Writer`, which is opened after every check has
+passed, moves the steps that were passed over out of the way (into
+``WORKDIR/corrupt_checkpoints/``, never deleting them) so that training can save those step
+numbers again.
+
+Command line (``python -m invjax.checkpoint --workdir=DIR``): lists the steps and whether each is
+verified; ``--trust_step=N`` records a manifest for a step that has none.
 """
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 import dataclasses
-import errno
+import gc
 import hashlib
 import json
 import logging as std_logging
 import os
 import shutil
-import threading
+import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orbax.checkpoint as ocp
@@ -39,6 +55,8 @@ from etils import epath
 from invjax import workdir as workdir_lib
 
 CHECKPOINT_SUBDIR = "checkpoints"
+CORRUPT_SUBDIR = "corrupt_checkpoints"
+MANIFEST_SUBDIR = "checkpoint_manifests"
 
 
 class _QuietReadOnly(std_logging.Filter):
@@ -48,52 +66,20 @@ class _QuietReadOnly(std_logging.Filter):
         return "is read only" not in record.getMessage()
 
 
-class _QuietThreadErrors(std_logging.Filter):
-    """Drop orbax's traceback of a failed writer thread: the same error reaches
-    :meth:`Writer.save`, which reports it in one message (:class:`SaveError`)."""
-
-    def filter(self, record):
-        return "_SignalingThread.run() raised an exception" not in record.getMessage()
-
-
 logging.get_absl_logger().addFilter(_QuietReadOnly())
-logging.get_absl_logger().addFilter(_QuietThreadErrors())
-
-CORRUPT_SUBDIR = "corrupt_checkpoints"
-MANIFEST_SUBDIR = "checkpoint_manifests"
 
 
 class CheckpointError(ValueError):
     """No usable checkpoint where one is needed; the message names each step and the reason."""
 
 
+class UnverifiedError(CheckpointError):
+    """A step has no integrity manifest, so its files cannot be checked (not loaded by default)."""
+
+
 class SaveError(OSError):
     """A checkpoint could not be saved (e.g. a full disk); its temporary files are removed and
     the message names the step, the reason and the last good checkpoint, which is kept."""
-
-
-@contextlib.contextmanager
-def _injected_save_fault(step: int, directory: str):
-    """Test hook (``INVJAX_TEST_FAULT=enospc_at_save:STEP``): inside orbax's real save of STEP,
-    make its file writes through etils.epath (the meta JSON) fail with ENOSPC, as a full disk
-    would, after the state arrays are already in orbax's temporary directory."""
-    arg = workdir_lib.fault("enospc_at_save")
-    if arg is None or int(arg) != step:
-        yield
-        return
-    cls = type(epath.Path(directory))
-    original = cls.write_text
-
-    def full(self, *args, **kwargs):
-        if not self.parent.name.startswith("meta"):  # orbax metadata files: written as usual
-            return original(self, *args, **kwargs)
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
-
-    cls.write_text = full
-    try:
-        yield
-    finally:
-        cls.write_text = original
 
 
 def _root(workdir: str) -> str:
@@ -105,6 +91,18 @@ def _root(workdir: str) -> str:
 
 def checkpoint_dir(workdir: str) -> str:
     return str(epath.Path(_root(workdir)) / CHECKPOINT_SUBDIR)
+
+
+def _check_layout(workdir: str) -> None:
+    """The run's checkpoint paths, where they exist, must be directories (else one clear
+    :class:`CheckpointError`, before any compute, instead of a failed first save)."""
+    for sub in (CHECKPOINT_SUBDIR, MANIFEST_SUBDIR, CORRUPT_SUBDIR):
+        path = epath.Path(_root(workdir)) / sub
+        if path.exists() and not path.is_dir():
+            raise CheckpointError(
+                f"--workdir={workdir}: {path} is a file, not a directory; invjax keeps its "
+                f"{sub.replace('_', ' ')} there: move the file away or choose another --workdir"
+            )
 
 
 def _manager(directory: str, *, read_only: bool, keep: int | None = None):
@@ -122,7 +120,11 @@ def _manager(directory: str, *, read_only: bool, keep: int | None = None):
 
 
 def list_steps(workdir: str) -> list[int]:
-    """Step numbers with a complete (committed) checkpoint directory, ascending."""
+    """Step numbers with a complete (committed) checkpoint directory, ascending.
+
+    Raises :class:`CheckpointError` if a checkpoint path of the run is a file.
+    """
+    _check_layout(workdir)
     directory = checkpoint_dir(workdir)
     if not epath.Path(directory).is_dir():
         return []
@@ -163,23 +165,33 @@ def _file_digests(step_dir: str) -> dict[str, list]:
     return out
 
 
+def has_manifest(workdir: str, step: int) -> bool:
+    return epath.Path(_manifest_path(workdir, step)).exists()
+
+
+def _pending_path(workdir: str, step: int) -> str:
+    return str(epath.Path(_root(workdir)) / MANIFEST_SUBDIR / f"{step}.pending")
+
+
+def is_unrecorded(workdir: str, step: int) -> bool:
+    """True for a step whose save began (its ``<step>.pending`` marker, written before orbax's
+    save) but whose manifest was never written: the run was killed between orbax's atomic
+    commit and the manifest. Orbax's commit makes such a step complete, so it loads (with a
+    warning) and the next writer records its manifest; a step without a manifest *or* a marker
+    (manifests deleted) is not trusted."""
+    return not has_manifest(workdir, step) and epath.Path(_pending_path(workdir, step)).exists()
+
+
 def verify_manifest(workdir: str, step: int) -> str | None:
-    """None if the step's files match the manifest written when it was saved (or if there is no
-    manifest: a run killed between saving and writing it); else what differs.
+    """None if the step is verified (its files match the manifest written when it was saved);
+    else why not: no manifest, an unreadable one, or the first file that differs.
 
     Checking before orbax reads anything catches damaged files early and cheaply (orbax itself
     would notice most damage only deep inside tensorstore, and not a flipped bit in a value).
     """
     path = _manifest_path(workdir, step)
     if not epath.Path(path).exists():
-        logging.warning(
-            "checkpoint step %d in %s has no integrity manifest (%s: deleted, or the run was "
-            "killed between saving the step and recording it): its files cannot be checked",
-            step,
-            checkpoint_dir(workdir),
-            path,
-        )
-        return None
+        return f"it has no integrity manifest ({path}), so its files cannot be checked"
     try:
         want = json.loads(epath.Path(path).read_text())
     except (OSError, ValueError) as e:
@@ -209,15 +221,48 @@ def write_manifest(workdir: str, step: int, kept_steps) -> None:
     tmp = epath.Path(str(path) + ".tmp")
     tmp.write_text(json.dumps(digests))
     tmp.replace(path)
-    kept = {f"{s}.json" for s in kept_steps}
+    epath.Path(_pending_path(workdir, step)).unlink(missing_ok=True)
+    kept = {f"{s}.{ext}" for s in kept_steps for ext in ("json", "pending")}
     for child in path.parent.iterdir():
-        if child.name.endswith(".json") and child.name not in kept:
+        if child.name.endswith((".json", ".pending")) and child.name not in kept:
             child.unlink()
+
+
+def trust_command(workdir: str, step: int) -> str:
+    """The command that records ``step``'s manifest (named in the messages about it)."""
+    return f"python -m invjax.checkpoint --workdir={workdir} --trust_step={step}"
+
+
+def trust_step(workdir: str, step: int) -> None:
+    """Record a manifest for a step that has none, as its files are now, so that it loads.
+
+    For a user who knows the step is sound (e.g. the run was killed just after saving it).
+    Raises :class:`CheckpointError` if the step does not exist or already has a manifest (a
+    step that differs from its manifest is damaged: trusting it is refused).
+    """
+    steps = list_steps(workdir)
+    if step not in steps:
+        raise CheckpointError(
+            f"no checkpoint of step {step} in {checkpoint_dir(workdir)}: steps are {steps}"
+        )
+    if has_manifest(workdir, step):
+        damage = verify_manifest(workdir, step)
+        state = "verified" if damage is None else f"damaged: {damage}"
+        raise CheckpointError(
+            f"checkpoint step {step} in {checkpoint_dir(workdir)} has a manifest ({state}); "
+            "only a step without one can be trusted"
+        )
+    path = epath.Path(_manifest_path(workdir, step))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = epath.Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(_file_digests(str(epath.Path(checkpoint_dir(workdir)) / str(step)))))
+    tmp.replace(path)
 
 
 @dataclasses.dataclass
 class Restored:
-    """A readable checkpoint: its step, state pytree, meta dict, and the newer unreadable steps."""
+    """A readable checkpoint: its step, state pytree, meta dict, and the newer steps passed over
+    (``[(step, reason)]``: damaged, unreadable, or without a manifest)."""
 
     step: int
     state: Any
@@ -225,11 +270,28 @@ class Restored:
     skipped: list[tuple[int, str]]
 
 
-def _restore(mngr, workdir: str, step: int, target: Any) -> Restored:
+def _restore(mngr, workdir: str, step: int, target: Any, allow_unverified: bool) -> Restored:
     """One step, checked against its manifest first; raises on any damage or mismatch."""
-    damage = verify_manifest(workdir, step)
-    if damage is not None:
-        raise CheckpointError(damage)
+    if is_unrecorded(workdir, step):
+        logging.warning(
+            "checkpoint step %d of %s was committed by orbax but the run stopped before "
+            "recording its integrity manifest: loaded as orbax committed it",
+            step,
+            checkpoint_dir(workdir),
+        )
+    elif not has_manifest(workdir, step):
+        if not allow_unverified:
+            raise UnverifiedError(verify_manifest(workdir, step))
+        logging.warning(
+            "loading checkpoint step %d of %s without an integrity manifest (allowed by the "
+            "caller): its files cannot be checked",
+            step,
+            checkpoint_dir(workdir),
+        )
+    else:
+        damage = verify_manifest(workdir, step)
+        if damage is not None:
+            raise CheckpointError(damage)
     if target is None:
         target = _local_target(mngr.directory / str(step) / "state")
     args = ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
@@ -253,28 +315,34 @@ def _local_target(state_dir) -> Any:
     return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
 
 
-def restore_step(workdir: str, step: int, target: Any = None) -> Restored:
-    """Restore one given step (see :func:`restore_latest` for ``target``); raises if unreadable."""
-    if step not in list_steps(workdir):
+def restore_step(
+    workdir: str, step: int, target: Any = None, allow_unverified: bool = False
+) -> Restored:
+    """Restore one given step (see :func:`restore_latest` for the arguments); raises if it is
+    unreadable, damaged, or (unless ``allow_unverified``) without a manifest."""
+    steps = list_steps(workdir)
+    if step not in steps:
         raise CheckpointError(
-            f"no checkpoint of step {step} in {checkpoint_dir(workdir)}: steps are "
-            f"{list_steps(workdir)}"
+            f"no checkpoint of step {step} in {checkpoint_dir(workdir)}: steps are {steps}"
         )
     mngr = _manager(checkpoint_dir(workdir), read_only=True)
     try:
-        return _restore(mngr, workdir, step, target)
+        return _restore(mngr, workdir, step, target, allow_unverified)
     finally:
         mngr.close()
 
 
-def restore_latest(workdir: str, target: Any = None) -> Restored | None:
-    """Restore the newest readable checkpoint of ``workdir``; None if there is none at all.
+def restore_latest(
+    workdir: str, target: Any = None, allow_unverified: bool = False
+) -> Restored | None:
+    """Restore the newest verified checkpoint of ``workdir``; None if there is none at all.
 
     ``target``: an abstract pytree (``jax.ShapeDtypeStruct`` leaves, with shardings) that the
-    state must match; None restores the stored tree as it is. A step that fails (files that
-    differ from its manifest, damage orbax notices, a tree or shape that differs from
-    ``target``) is skipped, with a warning once a readable step is found. Raises
-    :class:`CheckpointError` if steps exist but none is readable. Modifies nothing.
+    state must match; None restores the stored tree as it is. A step that fails (no manifest,
+    unless ``allow_unverified``; files that differ from its manifest; damage orbax notices; a
+    tree or shape that differs from ``target``) is skipped, with a warning once a usable step is
+    found. Raises :class:`CheckpointError` if steps exist but none is usable; its message says
+    how to load a step without a manifest anyway. Modifies nothing.
     """
     directory = checkpoint_dir(workdir)
     steps = list_steps(workdir)
@@ -282,16 +350,21 @@ def restore_latest(workdir: str, target: Any = None) -> Restored | None:
         return None
     mngr = _manager(directory, read_only=True)
     skipped: list[tuple[int, str]] = []
+    unverified: list[int] = []
     try:
         for step in reversed(steps):
             try:
-                restored = _restore(mngr, workdir, step, target)
+                restored = _restore(mngr, workdir, step, target, allow_unverified)
+            except UnverifiedError as e:
+                skipped.append((step, str(e)))
+                unverified.append(step)
+                continue
             except Exception as e:  # noqa: BLE001 (any failure makes the step unusable)
                 skipped.append((step, _short(e)))
                 continue
             for bad, reason in skipped:
                 logging.warning(
-                    "checkpoint step %d in %s is unreadable (%s): skipped in favour of step %d",
+                    "checkpoint step %d in %s is not used (%s): resuming from step %d instead",
                     bad,
                     directory,
                     reason,
@@ -302,9 +375,15 @@ def restore_latest(workdir: str, target: Any = None) -> Restored | None:
     finally:
         mngr.close()
     lines = "; ".join(f"step {s}: {r}" for s, r in skipped)
+    how = (
+        f" To load a step without a manifest anyway, record its manifest as its files are now: "
+        f"{trust_command(workdir, unverified[0])}, then run the same command again."
+        if unverified
+        else ""
+    )
     raise CheckpointError(
         f"no readable checkpoint in {directory} (steps {steps} all failed: {lines}). Nothing was "
-        f"changed. Use a new --workdir to start afresh, or move the damaged steps away."
+        f"changed.{how} Or use a new --workdir to start afresh, or move the steps away."
     )
 
 
@@ -326,14 +405,15 @@ def read_config(workdir: str) -> dict | None:
     return None
 
 
-def load_params(workdir: str) -> dict:
+def load_params(workdir: str, allow_unverified: bool = False) -> dict:
     """The model variables a finished (or running) run stands for, for use in another model.
 
-    Returns ``{'params': ..., 'batch_stats': ..., <other collections>}`` of the newest readable
-    checkpoint: the best-validation copy where the run selected one, else the current variables.
-    Raises :class:`CheckpointError` if ``workdir`` holds no readable checkpoint.
+    Returns ``{'params': ..., 'batch_stats': ..., <other collections>}`` of the newest verified
+    checkpoint (``allow_unverified``: also one without a manifest): the best-validation copy
+    where the run selected one, else the current variables. Raises :class:`CheckpointError` if
+    ``workdir`` holds no usable checkpoint.
     """
-    restored = restore_latest(workdir)
+    restored = restore_latest(workdir, allow_unverified=allow_unverified)
     if restored is None:
         raise CheckpointError(
             f"no checkpoint in {checkpoint_dir(workdir)} to load variables from: train that run "
@@ -356,30 +436,12 @@ def _sync_processes(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def _join_new_threads(before: set, deadline: float) -> None:
-    """Wait (until ``deadline``) for the threads that are not in ``before`` to end.
-
-    ``threading.enumerate`` also lists a thread whose ``start()`` was called but which has not
-    begun to run; joining such a thread raises ``RuntimeError``, so it is looked at again.
-    """
-    me = threading.current_thread()
-    while time.monotonic() < deadline:
-        pending = [t for t in set(threading.enumerate()) - before if t is not me]
-        if not pending:
-            return
-        for t in pending:
-            try:
-                t.join(timeout=max(deadline - time.monotonic(), 0))
-            except RuntimeError:  # not running yet
-                time.sleep(0.01)
-
-
 class Writer:
     """Saves checkpoints of one run; opened only after the run passed every check.
 
-    ``set_aside``: unreadable steps found by :func:`restore_latest`; they are moved (not deleted)
-    to ``WORKDIR/corrupt_checkpoints/<step>-<time>`` with a warning, so the run can save those
-    step numbers again.
+    ``set_aside``: the steps :func:`restore_latest` passed over (damaged, unreadable, or without
+    a manifest); they are moved (not deleted) to ``WORKDIR/corrupt_checkpoints/<step>-<time>``
+    with a warning, so the run can save those step numbers again.
     """
 
     def __init__(self, workdir: str, keep: int, set_aside=(), primary: bool = True):
@@ -393,84 +455,168 @@ class Writer:
         _sync_processes("invjax_checkpoint_writer_probed")
         if primary:
             for step, reason in set_aside:
-                src = epath.Path(self.directory) / str(step)
-                if not src.exists():
-                    continue
-                dst_dir = epath.Path(self.workdir) / CORRUPT_SUBDIR
-                dst_dir.mkdir(parents=True, exist_ok=True)
-                dst = dst_dir / f"{step}-{int(time.time())}"
-                src.rename(dst)
-                manifest = epath.Path(_manifest_path(workdir, step))
-                if manifest.exists():
-                    manifest.rename(dst_dir / f"{dst.name}.manifest.json")
-                logging.warning("moved unreadable checkpoint step %d (%s) to %s", step, reason, dst)
+                self._set_aside(step, reason)
         os.makedirs(self.directory, exist_ok=True)
         _sync_processes("invjax_checkpoint_writer_open")
         self._mngr = _manager(self.directory, read_only=False, keep=keep)
         self.last_saved: int | None = self._mngr.latest_step()
+        if primary:
+            for step in self._mngr.all_steps():
+                if is_unrecorded(self.workdir, step):  # finish what its save did not
+                    write_manifest(self.workdir, step, self._mngr.all_steps())
+                    logging.warning("recorded the missing manifest of checkpoint step %d", step)
+
+    def _set_aside(self, step: int, reason: str) -> None:
+        src = epath.Path(self.directory) / str(step)
+        if not src.exists():
+            return
+        dst_dir = epath.Path(self.workdir) / CORRUPT_SUBDIR
+        dst_dir.mkdir(parents=True, exist_ok=True)
+        dst = dst_dir / f"{step}-{int(time.time())}"
+        src.rename(dst)
+        manifest = epath.Path(_manifest_path(self.workdir, step))
+        if manifest.exists():
+            manifest.rename(dst_dir / f"{dst.name}.manifest.json")
+        logging.warning("moved checkpoint step %d (%s) to %s", step, reason, dst)
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        """Save ``step`` (complete when this returns); :class:`SaveError` if it cannot be, with
-        its temporary directory removed so that nothing blocks or confuses the next start."""
+        """Save ``step`` and record its manifest (complete when this returns).
+
+        :class:`SaveError` if it cannot be: whatever of the step was written is removed, so the
+        directory holds only the earlier, verified steps and nothing that blocks the next start.
+        """
         if step == self.last_saved:
             return
         meta = dict(meta, step=int(step))
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
-        threads = set(threading.enumerate())
+        failure = None
         try:
-            with _injected_save_fault(step, self.directory):
-                self._mngr.save(step, args=args, force=True)
-                self._mngr.wait_until_finished()
+            if self.primary:  # tells a kill between orbax's commit and the manifest (is_unrecorded)
+                marker = epath.Path(_pending_path(self.workdir, step))
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.write_text("")
+            self._mngr.save(step, args=args, force=True)
+            self._mngr.wait_until_finished()
         except Exception as e:  # noqa: BLE001 (tensorstore/orbax wrap OS errors in many types)
-            # The other items' writer threads go on after one item failed: let them end (they
-            # would write into the directory being removed) before removing it.
-            _join_new_threads(threads, deadline=time.monotonic() + 30)
-            self._remove_partial(step)
-            raise SaveError(self._failure(step, e, committed=False)) from e
-        self.last_saved = step
-        slow = workdir_lib.fault("slow_save")
-        if slow:  # test hook: a window between the commit and the manifest for a second signal
-            time.sleep(float(slow))
+            self._discard(step)
+            failure = self._failure(step, e)
+        if failure is not None:
+            # Raised without orbax's exception attached: its traceback holds the failed save's
+            # asyncio tasks, which would otherwise be collected only at exit and then print
+            # "Task exception was never retrieved" after the run's last line. Collected now,
+            # Python's report of them goes where the logs go (the run's log, invjax.workdir).
+            gc.collect()
+            raise SaveError(failure)
         if self.primary:
             try:
-                self._write_manifest(step)
+                write_manifest(self.workdir, step, self._mngr.all_steps())
             except OSError as e:
-                with contextlib.suppress(OSError):
-                    epath.Path(_manifest_path(self.workdir, step) + ".tmp").unlink()
-                raise SaveError(self._failure(step, e, committed=True)) from e
+                try:
+                    epath.Path(_manifest_path(self.workdir, step) + ".tmp").unlink(missing_ok=True)
+                except OSError:
+                    pass
+                self._discard(step)
+                raise SaveError(self._failure(step, e)) from e
+        self.last_saved = step
 
-    def _failure(self, step: int, e: BaseException, committed: bool) -> str:
-        if committed:
-            what = "the step is saved but has no integrity manifest (it loads with a warning)"
-        else:
-            steps = [s for s in self._mngr.all_steps() if s != step]
-            what = "its partial files were removed; " + (
-                f"the last good checkpoint (step {max(steps)}) is kept"
-                if steps
-                else "no earlier checkpoint exists"
-            )
+    def _discard(self, step: int) -> None:
+        """Remove what a failed save of ``step`` left: orbax's temporary directories (found as
+        orbax finds them), the step itself if orbax committed it before the failure (its
+        manifest could not be written), and its pending marker.
+
+        The synchronous save raises at the first failed item while another item's write may
+        still be finishing in orbax's threads (which it does not expose), so a removal that
+        races with such a write is repeated until nothing is left, for at most 10 s.
+        """
+        if not self.primary:
+            return
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                left = ocp.path.step.all_temporary_paths(self.directory)
+                for tmp in left:
+                    tmp.get().rmtree()
+                if not left:
+                    break
+            except OSError:
+                pass  # a file appeared or vanished while removing: look again
+            if time.monotonic() > deadline:
+                logging.warning("could not remove the temporary files of step %d", step)
+                break
+            time.sleep(0.05)
+        import jax
+
+        self._mngr.reload()
+        if step in self._mngr.all_steps():
+            if jax.process_count() > 1:  # orbax's delete is collective: the marker keeps the
+                return  # committed step loadable, and the next writer records its manifest
+            try:
+                self._mngr.delete(step)  # its deletion, like its save, through orbax
+            except (OSError, ValueError) as e:
+                logging.warning("could not remove unrecorded step %d: %s", step, _short(e))
+                return
+        try:
+            epath.Path(_pending_path(self.workdir, step)).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def _failure(self, step: int, e: BaseException) -> str:
+        steps = [s for s in list_steps(self.workdir) if s != step and has_manifest(self.workdir, s)]
+        kept = (
+            f"the last good checkpoint (step {max(steps)}) is kept"
+            if steps
+            else "no earlier checkpoint exists"
+        )
         try:
             free = f"; {shutil.disk_usage(self.directory).free / 2**20:.1f} MiB free"
         except OSError:
             free = ""
         return (
             f"cannot save the checkpoint of step {step} in {self.directory} ({_short(e)}{free}): "
-            f"{what}. Free some space (or fix the problem) and run the same command to resume."
+            f"its partial files were removed; {kept}. Free some space (or fix the problem) and "
+            "run the same command to resume."
         )
-
-    def _remove_partial(self, step: int) -> None:
-        """Remove orbax's temporary directory of a failed save (never a committed step)."""
-        directory = epath.Path(self.directory)
-        if not self.primary or not directory.is_dir():
-            return
-        for child in directory.iterdir():
-            if child.name.startswith(f"{step}.orbax-checkpoint-tmp"):
-                with contextlib.suppress(OSError):
-                    child.rmtree()
-
-    def _write_manifest(self, step: int) -> None:
-        write_manifest(self.workdir, step, self._mngr.all_steps())
 
     def close(self) -> None:
         self._mngr.wait_until_finished()
         self._mngr.close()
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _describe_steps(workdir: str) -> list[str]:
+    lines = []
+    for step in list_steps(workdir):
+        problem = verify_manifest(workdir, step)
+        if is_unrecorded(workdir, step):
+            problem = "committed, its manifest not yet recorded (loads; the next run records it)"
+        lines.append(f"step {step}: " + ("verified" if problem is None else problem))
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m invjax.checkpoint",
+        description="List a run's checkpoints and whether each is verified; --trust_step=N "
+        "records the manifest of a step that has none, so that it loads.",
+    )
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--trust_step", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        if not epath.Path(checkpoint_dir(args.workdir)).is_dir():
+            raise CheckpointError(f"{checkpoint_dir(args.workdir)} holds no checkpoints")
+        if args.trust_step is not None:
+            with workdir_lib.locked([args.workdir]):
+                trust_step(args.workdir, args.trust_step)
+            print(f"recorded the manifest of step {args.trust_step}: it loads from now on")
+        print("\n".join(_describe_steps(args.workdir)))
+    except (CheckpointError, workdir_lib.WorkdirError, OSError) as e:
+        print(f"invjax.checkpoint: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

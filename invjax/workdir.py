@@ -1,5 +1,5 @@
 """A run's working directory: checks before compute, one exclusive lock per directory, and the
-fault hooks the tests use.
+log of what the libraries say while a run holds it.
 
 Checks (:func:`check`): the ``--workdir`` value must be non-empty and local (``gs://`` and other
 remote paths are not supported for training: metrics, results and the lock are written with
@@ -18,12 +18,15 @@ run: it is taken over with a warning naming that run. Locks are re-entrant withi
 when the last holder in the process releases it. On a file system without locks (``ENOLCK``,
 some NFS set-ups) a warning says that a second run would not be stopped, and the run goes on.
 
-Fault hooks, for tests only: ``INVJAX_TEST_FAULT`` (see :func:`fault`; comma-separated) with
-``enospc_at_save:STEP`` (orbax's write of that step's meta JSON fails with ENOSPC inside its real
-save), ``slow_save:SECONDS`` (a pause between a step's commit and its manifest, for a second
-signal to land in) and ``sigterm_at_step:STEP`` (the process sends itself SIGTERM after that
-step); ``INVJAX_TEST_FREE_BYTES`` replaces the free space the start-up check sees. Unset (always,
-outside the tests) they do nothing.
+Log (started with the first lock a process takes, ended with its last): while a process holds a
+workdir, every log record at WARNING or above goes to ``DIR/invjax.log``, and records of other
+libraries (orbax, tensorstore, asyncio, jax) go there only: a full disk inside orbax is then one
+``invjax: error:`` line on stderr, with orbax's own account of it in the log. Exceptions that
+Python can only report as "ignored" (objects collected after a failed save) go to the log too.
+
+A directory that a lock created is removed again when the lock is released if nothing but the
+log is in it, so a run refused after taking the lock (e.g. a disk too small for one checkpoint)
+leaves no directory behind (its one message on stderr says why).
 """
 
 from __future__ import annotations
@@ -32,15 +35,19 @@ import contextlib
 import datetime
 import errno
 import fcntl
+import gc
 import json
+import logging as std_logging
 import os
 import shutil
 import socket
+import sys
 import time
 
 from absl import logging
 
 LOCK_FILE = "invjax.lock"
+LOG_FILE = "invjax.log"
 
 
 class WorkdirError(ValueError):
@@ -106,9 +113,6 @@ def check(workdir: str | None, flag: str = "--workdir") -> str:
 
 def free_bytes(path: str) -> int:
     """Free space of the file system holding ``path`` (or its first existing ancestor)."""
-    override = os.environ.get("INVJAX_TEST_FREE_BYTES")
-    if override:
-        return int(override)
     return shutil.disk_usage(_first_existing(os.path.abspath(path))).free
 
 
@@ -163,12 +167,17 @@ class Lock:
         self.path = os.path.join(self.workdir, LOCK_FILE)
         self.fd: int | None = None
         self.count = 0
+        self.created: list[str] = []  # the directories acquire() made, deepest first
 
     def _open_locked(self) -> int:
         """An fd of the lock file with our flock on it, the file still being the one at
         ``self.path`` (a releasing process unlinks it: retry on the new one)."""
         for _ in range(100):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # a refused run removed the directory it had created
+                os.makedirs(self.workdir, exist_ok=True)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
@@ -202,8 +211,12 @@ class Lock:
         if self.count:
             self.count += 1
             return self
-        os.makedirs(self.workdir, exist_ok=True)
-        fd = self._open_locked()
+        created = _make_dirs(self.workdir)
+        try:
+            fd = self._open_locked()
+        except BaseException:
+            _remove_if_unused(created)
+            raise
         stale = _read(self.path)
         if stale:
             logging.warning(
@@ -219,7 +232,10 @@ class Lock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         os.fsync(fd)
-        self.fd, self.count = fd, 1
+        self.fd, self.count, self.created = fd, 1, created
+        if not _ROUTED:
+            _start_routing(os.path.join(self.workdir, LOG_FILE))
+        _ROUTED.append(self.workdir)
         return self
 
     def release(self) -> None:
@@ -228,14 +244,41 @@ class Lock:
         self.count -= 1
         if self.count:
             return
+        _ROUTED.remove(self.workdir)
+        if not _ROUTED:
+            _stop_routing()
         with contextlib.suppress(OSError):
             os.remove(self.path)  # while still holding it: nobody can take a half-removed lock
         os.close(self.fd)
         self.fd = None
         _HELD.pop(self.workdir, None)
+        _remove_if_unused(self.created)
 
 
 _HELD: dict[str, Lock] = {}
+
+
+def _make_dirs(path: str) -> list[str]:
+    """``os.makedirs(path)``; returns the directories it created, deepest first."""
+    missing = []
+    while not os.path.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    if missing:
+        os.makedirs(missing[0], exist_ok=True)
+    return missing
+
+
+def _remove_if_unused(created: list[str]) -> None:
+    """Remove the directories a lock created (deepest first) that hold nothing but the log."""
+    for directory in created:
+        with contextlib.suppress(OSError):
+            if os.listdir(directory) == [LOG_FILE]:
+                os.remove(os.path.join(directory, LOG_FILE))
+            os.rmdir(directory)  # fails, and keeps it, if anything else is in it
 
 
 def acquire(workdir: str) -> Lock:
@@ -246,6 +289,91 @@ def acquire(workdir: str) -> Lock:
     lock.acquire()
     _HELD[key] = lock
     return lock
+
+
+# ----------------------------------------------------------------------------- log
+
+_ROUTED: list[str] = []  # the workdirs held, in order: the log is the first one's
+_ROUTING: dict = {}
+_LAST_LOG: list = [None]  # the log file handler of the latest routing (see _log_unraisable)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class _OursOnly(std_logging.Filter):
+    """Keep a stderr handler to invjax's own records; the rest are in the run's log."""
+
+    def filter(self, record):
+        return record.pathname.startswith(_PACKAGE_DIR) or record.name.startswith("invjax")
+
+
+class _RunLog(std_logging.FileHandler):
+    """The run's log file. On a full disk it loses records quietly: a log that cannot be
+    written must not add tracebacks of its own to the one message."""
+
+    def handleError(self, record):  # noqa: N802 (logging's name)
+        del record
+
+    def close(self):
+        with contextlib.suppress(OSError):
+            super().close()
+
+
+def _writes_to_stderr(handler) -> bool:
+    stream = getattr(getattr(handler, "python_handler", handler), "stream", None)
+    return stream is not None and stream in (sys.stderr, sys.__stderr__)
+
+
+def _log_unraisable(unraisable) -> None:
+    """``sys.unraisablehook`` while routing: the report goes to the run's log file directly (a
+    thread of a failed save may report while routing ends, so not through the stderr handlers)."""
+    exc = (unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)
+    args = (unraisable.err_msg or "Exception ignored in", unraisable.object)
+    record = std_logging.LogRecord(
+        "python.unraisable", std_logging.ERROR, __file__, 0, "%s: %r", args, exc
+    )
+    _LAST_LOG[0].handle(record)
+
+
+def _start_routing(path: str) -> None:
+    """Send log records (WARNING and above) to ``path`` and other libraries' only there."""
+    root = std_logging.getLogger()
+    file = _RunLog(path, delay=True)  # no file until something is logged
+    file.setLevel(std_logging.WARNING)
+    file.setFormatter(
+        std_logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s %(pathname)s:%(lineno)d] %(message)s"
+        )
+    )
+    ours = _OursOnly()
+    filtered = [h for h in root.handlers if _writes_to_stderr(h)]
+    added = None
+    if not root.handlers:  # Python's last-resort stderr output stops once a handler exists
+        added = std_logging.StreamHandler(sys.stderr)
+        added.setLevel(std_logging.WARNING)
+        filtered.append(added)
+        root.addHandler(added)
+    for h in filtered:
+        h.addFilter(ours)
+    root.addHandler(file)
+    _LAST_LOG[0] = file
+    _ROUTING.update(file=file, ours=ours, filtered=filtered, added=added, hook=sys.unraisablehook)
+    sys.unraisablehook = _log_unraisable
+
+
+def _stop_routing() -> None:
+    # What a failed save left (coroutines, event loops, futures) is collected now, so that
+    # what Python says about it goes to the log and not after the run's last line.
+    gc.collect()
+    root = std_logging.getLogger()
+    if sys.unraisablehook is _log_unraisable:  # not replaced since (invjax.main's last word)
+        sys.unraisablehook = _ROUTING["hook"]
+    for h in _ROUTING["filtered"]:
+        h.removeFilter(_ROUTING["ours"])
+    if _ROUTING["added"] is not None:
+        root.removeHandler(_ROUTING["added"])
+    root.removeHandler(_ROUTING["file"])
+    _ROUTING["file"].close()
+    _ROUTING.clear()
 
 
 # Signal handlers must not raise inside lock bookkeeping (a lock file created but not recorded
@@ -289,16 +417,3 @@ def locked(workdirs):
 def holds(workdir: str) -> bool:
     lock = _HELD.get(os.path.abspath(workdir))
     return bool(lock and lock.count)
-
-
-# ----------------------------------------------------------------------------- test hooks
-
-
-def fault(name: str) -> str | None:
-    """The argument of fault ``name`` in ``INVJAX_TEST_FAULT=name:arg[,name:arg]`` (tests only)."""
-    spec = os.environ.get("INVJAX_TEST_FAULT", "")
-    for item in filter(None, spec.split(",")):
-        key, _, arg = item.partition(":")
-        if key == name:
-            return arg
-    return None

@@ -55,6 +55,12 @@ command's output then goes to ``WORKDIR.log`` next to its run directory.
 Resuming a sweep: ``--local`` skips every run whose ``results.json`` exists (finished) and starts
 the others with their own ``--workdir``, so a run that was interrupted resumes from its last
 checkpoint; a sweep stopped half-way is finished by giving the same command again.
+
+Stopping a sweep: SIGTERM or SIGINT (Ctrl-C) to ``--local`` is passed on to the runs in progress
+(each finishes its step, saves a checkpoint there and exits 143 or 130; they run in their own
+process group, so a Ctrl-C in the terminal reaches them once, through the sweep); no further run
+starts; the sweep waits for them and exits with 128 + the signal number. A second signal only
+repeats that it is waiting (SIGKILL to a run abandons its save, keeping its previous checkpoint).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ import pathlib
 import queue
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -327,10 +334,60 @@ def slot_envs(parallel: int, per_run: int, platform: str = "auto") -> list[dict]
     return [dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))] * parallel
 
 
+class _Stopper:
+    """SIGTERM/SIGINT handler of ``--local``: passes the signal to the running commands once,
+    and keeps further ones from starting (``stopped``)."""
+
+    def __init__(self, lock: threading.Lock):
+        self.lock = lock
+        self.signum: int | None = None
+        self.running: dict[int, subprocess.Popen] = {}
+
+    def __call__(self, signum, frame) -> None:
+        del frame
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            print(
+                f"sweep: {name} again: waiting for {len(self.running)} run(s) to save", flush=True
+            )
+            return
+        self.signum = signum
+        for proc in list(self.running.values()):
+            try:
+                proc.send_signal(signum)
+            except OSError:  # it has just ended
+                pass
+        print(
+            f"sweep: {name}: passed to {len(self.running)} run(s); waiting for their checkpoints",
+            flush=True,
+        )
+
+    def start(self, argv, **kwargs) -> subprocess.Popen | None:
+        """Start a command unless the sweep is stopping (None then)."""
+        with self.lock:
+            if self.signum is not None:
+                return None
+            # Its own process group: a terminal's Ctrl-C reaches it only through __call__.
+            proc = subprocess.Popen(argv, start_new_session=True, **kwargs)
+            self.running[proc.pid] = proc
+        if self.signum is not None:  # the signal came while it started: pass it on too
+            proc.send_signal(self.signum)
+        return proc
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        status = proc.wait()
+        with self.lock:
+            self.running.pop(proc.pid, None)
+        return status
+
+
 def run_local(
     runs: Sequence[Run], parallel: int = 1, per_run: int | None = None, platform: str = "auto"
 ) -> int:
-    """Run the sweep here: points side by side on ``parallel`` slots, finished runs skipped."""
+    """Run the sweep here: points side by side on ``parallel`` slots, finished runs skipped.
+
+    Returns 0, 1 if a command failed, or 128 + n after signal n (module docstring).
+    """
     envs = slot_envs(parallel, per_run or 1, platform) if parallel > 1 or per_run else [None]
     todo = [r for r in runs if not finished(r)]
     print(f"{len(runs) - len(todo)} of {len(runs)} runs finished already (skipped)", flush=True)
@@ -338,7 +395,8 @@ def run_local(
     jobs: queue.Queue = queue.Queue()
     for group in groups:
         jobs.put(group)
-    failed, lock, counter = [], threading.Lock(), [0]
+    failed, stopped, lock, counter = [], [], threading.Lock(), [0]
+    stopper = _Stopper(threading.Lock())
 
     def say(line: str) -> None:  # one line at a time: slots print from their own threads
         with lock:
@@ -346,45 +404,66 @@ def run_local(
 
     def one(run: Run, env, slot: int) -> None:
         cmd = run.command(sys.executable)
-        with lock:
-            counter[0] += 1
-            i = counter[0]
         state = (
             "resume" if os.path.isdir(os.path.join(REPO, run.workdir, "checkpoints")) else "start"
         )
-        say(f"[{i}/{len(todo)}] slot {slot} {state}: {cmd}")
         t = time.perf_counter()
         if env is None:  # one run at a time: its output right here
-            status = subprocess.call(shlex.split(cmd), cwd=REPO)
+            proc = stopper.start(shlex.split(cmd), cwd=REPO)
         else:
             log = os.path.join(REPO, run.workdir.rstrip("/") + ".log")
             os.makedirs(os.path.dirname(log), exist_ok=True)
             with open(log, "a") as f:
-                status = subprocess.call(
+                proc = stopper.start(
                     shlex.split(cmd), cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT
                 )
+        if proc is None:
+            return
+        with lock:
+            counter[0] += 1
+            i = counter[0]
+        say(f"[{i}/{len(todo)}] slot {slot} {state}: {cmd}")
+        status = stopper.wait(proc)
         took = time.perf_counter() - t
         say(f"[{i}/{len(todo)}] slot {slot} exit {status} after {took:.0f} s")
-        if status:
-            with lock:
+        with lock:
+            if stopper.signum is not None and status == 128 + stopper.signum:
+                stopped.append(cmd)
+            elif status:
                 failed.append(cmd)
 
     def worker(slot: int, env) -> None:
-        while True:
+        while stopper.signum is None:
             try:
                 group = jobs.get_nowait()
             except queue.Empty:
                 return
             for run in group:  # in order: the single-stream runs first (phase-1 reuse)
+                if stopper.signum is not None:
+                    return
                 one(run, env, slot)
 
-    threads = [threading.Thread(target=worker, args=(k, e)) for k, e in enumerate(envs)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    handlers = {s: signal.signal(s, stopper) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        threads = [threading.Thread(target=worker, args=(k, e)) for k, e in enumerate(envs)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
     if failed:
         print(f"{len(failed)} of {len(todo)} commands failed:", *failed, sep="\n  ")
+    if stopper.signum is not None:
+        name = signal.Signals(stopper.signum).name
+        print(
+            f"sweep: stopped by {name}: {len(stopped)} run(s) saved a checkpoint and stopped; "
+            "run the same command to resume",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 128 + stopper.signum
     return 1 if failed else 0
 
 

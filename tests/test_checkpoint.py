@@ -168,7 +168,7 @@ def test_corrupt_latest_checkpoint_is_skipped_with_warning(finished, tmp_path, c
         restored = checkpoint.restore_latest(workdir)
     assert restored.step == 6 and restored.skipped[0][0] == 8
     assert any(
-        "step 8" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records
+        "step 8" in r.getMessage() and "is not used" in r.getMessage() for r in caplog.records
     )
     # Resuming from step 6 redoes steps 7, 8 and ends bit-identical to the uninterrupted run;
     # the damaged step is moved aside, not deleted.
@@ -293,9 +293,7 @@ def test_phase_two_loads_a_stream_and_keeps_it_frozen(finished, tmp_path):
             assert not np.array_equal(x, y), part
 
 
-def test_flipped_bit_in_a_step_without_manifest_loads_only_with_a_warning(
-    finished, tmp_path, caplog
-):
+def test_a_step_without_manifest_is_not_loaded_unless_trusted(finished, tmp_path, caplog):
     workdir0, *_ = finished
     workdir = str(tmp_path / "run")
     shutil.copytree(workdir0, workdir)
@@ -308,13 +306,52 @@ def test_flipped_bit_in_a_step_without_manifest_loads_only_with_a_warning(
     caplog.clear()
     manifest = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR, "8.json")
     os.remove(manifest)
-    with caplog.at_level(logging.WARNING):  # without: loaded (orbax cannot tell), not silently
-        assert checkpoint.restore_latest(workdir).step == 8
+    with caplog.at_level(logging.WARNING):  # without: not trusted either, step 6 is loaded
+        restored = checkpoint.restore_latest(workdir)
+    assert restored.step == 6 and restored.skipped[0][0] == 8
+    assert f"it has no integrity manifest ({manifest})" in restored.skipped[0][1]
     messages = [r.getMessage() for r in caplog.records]
-    assert any(
-        m.startswith("checkpoint step 8 in ") and f"has no integrity manifest ({manifest}" in m
-        for m in messages
-    ), messages
+    assert any(m.startswith("checkpoint step 8 in ") and "is not used" in m for m in messages)
+    # Only explicitly: for one call, or by recording the step's manifest as its files are now.
+    assert checkpoint.restore_latest(workdir, allow_unverified=True).step == 8
+    with pytest.raises(checkpoint.CheckpointError, match="has a manifest \\(verified\\)"):
+        checkpoint.trust_step(workdir, 6)
+    checkpoint.trust_step(workdir, 8)
+    assert checkpoint.verify_manifest(workdir, 8) is None
+    assert checkpoint.restore_latest(workdir).step == 8
+
+
+def test_a_step_killed_before_its_manifest_loads_and_gets_it(finished, tmp_path, caplog):
+    """A kill between orbax's commit and the manifest leaves the save's pending marker and no
+    manifest: orbax's atomic commit makes the step complete, so it loads (with a warning) and
+    the next writer records its manifest; without the marker (manifest deleted) it would not."""
+    workdir0, *_ = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(workdir0, workdir)
+    manifests = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR)
+    os.remove(os.path.join(manifests, "8.json"))
+    open(os.path.join(manifests, "8.pending"), "w").close()  # as Writer.save leaves it
+    assert checkpoint.is_unrecorded(workdir, 8)
+    with caplog.at_level(logging.WARNING):
+        assert checkpoint.restore_latest(workdir).step == 8
+    assert any("before recording its integrity manifest" in r.getMessage() for r in caplog.records)
+    checkpoint.Writer(workdir, keep=3).close()
+    assert sorted(os.listdir(manifests)) == ["4.json", "6.json", "8.json"]
+    assert checkpoint.verify_manifest(workdir, 8) is None
+
+
+def test_no_verified_step_stops_naming_how_to_load_one(finished, tmp_path):
+    workdir0, config, *_ = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(workdir0, workdir)
+    shutil.rmtree(os.path.join(workdir, checkpoint.MANIFEST_SUBDIR))
+    before = snapshot(workdir)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        prepare(config, workdir)
+    msg = str(err.value)
+    assert "steps [4, 6, 8] all failed: step 8: it has no integrity manifest" in msg
+    assert f"python -m invjax.checkpoint --workdir={workdir} --trust_step=8" in msg
+    assert snapshot(workdir) == before
 
 
 def test_manifests_work_through_epath_on_a_remote_path(finished, tmp_path):

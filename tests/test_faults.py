@@ -1,16 +1,17 @@
-"""Under faults (README "Under faults: what is promised"), as real subprocesses: the workdir lock
-(live holder, dead holder, phase-1 stream workdirs), workdir problems found before compute, a full
-disk at start and during training, a deleted metrics.jsonl, and invariance's input checks.
+"""Under faults (docs/faults.md), mostly as real subprocesses: the workdir lock (live holder, dead
+holder, phase-1 stream workdirs), workdir problems found before compute, a full disk at start and
+at every write of a checkpoint save, steps without their integrity manifest, a deleted
+metrics.jsonl, a stopped sweep, and invariance's input checks.
 
-Faults that cannot be produced for real on a shared test machine are injected through the
-test-only hooks of :mod:`invjax.workdir`: ``INVJAX_TEST_FAULT=enospc_at_save:STEP`` makes orbax's
-own write of the checkpoint's meta JSON fail with ENOSPC inside its real save (the state arrays
-are already in its temporary directory), and ``INVJAX_TEST_FREE_BYTES`` sets the free space the
-start-up check sees. The signal tests are in test_main.py (they share its reference run).
+Faults are injected from outside invjax (tests/faults.py): in this process through monkeypatch,
+in a child started through ``python tests/faults.py FAULTS -m invjax.main ...``; a real full disk
+is a small tmpfs, mounted where this machine lets the tests mount one (root), else skipped. The
+signal tests are in test_main.py (they share its reference run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,9 @@ import subprocess
 import sys
 import time
 
+import faults
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -41,14 +45,16 @@ TINY = [
 ]
 
 
-def run_main(workdir_flag, *extra, env=None, timeout=300):
+def run_main(workdir_flag, *extra, fault=None, timeout=300):
+    """``python -m invjax.main`` on the tiny run, with ``fault`` (tests/faults.py) if given."""
+    args = [*TINY, f"--workdir={workdir_flag}", *extra]
+    argv = faults.command(fault, "invjax.main", *args) if fault else [sys.executable, "-m"]
     return subprocess.run(
-        [sys.executable, "-m", "invjax.main", *TINY, f"--workdir={workdir_flag}", *extra],
+        argv if fault else [*argv, "invjax.main", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ, **(env or {})),
     )
 
 
@@ -217,11 +223,15 @@ def _read_only_dir(tmp_path):
 def test_workdir_problems_are_one_line_before_compute(tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
+    holds_a_file = tmp_path / "holds_a_file"  # an existing workdir whose checkpoints/ is a file
+    holds_a_file.mkdir()
+    (holds_a_file / "checkpoints").write_text("x")
     cases = [
         ("", "--workdir= is empty: give a directory"),
         (str(a_file), f"--workdir={a_file} is an existing file, not a directory"),
         (str(a_file / "sub"), f"--workdir={a_file / 'sub'} cannot be created: {a_file} is a file"),
         ("gs://bucket/run", "--workdir=gs://bucket/run is a remote path"),
+        (str(holds_a_file), f"--workdir={holds_a_file}: {holds_a_file / 'checkpoints'} is a file"),
     ]
     ro = _read_only_dir(tmp_path)
     if ro is not None:
@@ -237,18 +247,30 @@ def test_workdir_problems_are_one_line_before_compute(tmp_path):
     assert ro is not None, "no read-only directory to test on this machine"
 
 
-def test_too_little_free_space_stops_before_compute(tmp_path):
-    wd = tmp_path / "w"
-    proc = run_main(str(wd), env={"INVJAX_TEST_FREE_BYTES": str(1 << 20)})
+def test_too_little_free_space_stops_before_compute_leaving_no_directory(tmp_path):
+    wd = tmp_path / "new" / "w"
+    proc = run_main(str(wd), fault=f"free_bytes:{1 << 20}")
     line = one_line_error(proc)
     assert line.startswith(f"invjax: error: --workdir={wd}: only 1.0 MiB free on its file system")
     assert "one checkpoint of this run needs about " in line
-    assert not checkpoint.list_steps(str(wd)) and not os.path.exists(wd / "metrics.jsonl")
+    assert not os.path.exists(tmp_path / "new")  # the directories the run created are gone
 
 
-def test_full_disk_during_training_keeps_the_last_checkpoint_and_resumes(tmp_path):
+def _assert_same_final_state(reference, wd):
+    a, b = checkpoint.restore_latest(reference), checkpoint.restore_latest(wd)
+    assert a.step == b.step == 6
+    for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state), strict=True):
+        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+    ra, rb = (json.load(open(os.path.join(d, "results.json"))) for d in (reference, wd))
+    assert ra["test_error"] == rb["test_error"]
+
+
+def test_full_disk_during_training_keeps_the_last_checkpoint_and_resumes(finished, tmp_path):
+    """ENOSPC from the 8th write of step 4's save on (orbax's ``_METADATA`` of the state, after
+    its arrays): one line, exit 1, nothing of step 4 left, step 2 verified; orbax's report of
+    the failure is in the run's log; the same command then ends bit-identical."""
     wd = str(tmp_path / "w")
-    proc = run_main(wd, env={"INVJAX_TEST_FAULT": "enospc_at_save:4"})
+    proc = run_main(wd, fault="enospc_from_write:4:8")
     line = one_line_error(proc, status=1)
     assert line.startswith(f"invjax: error: cannot save the checkpoint of step 4 in {wd}/")
     assert "No space left on device" in line and "the last good checkpoint (step 2) is kept" in line
@@ -256,10 +278,193 @@ def test_full_disk_during_training_keeps_the_last_checkpoint_and_resumes(tmp_pat
     assert sorted(os.listdir(checkpoint.checkpoint_dir(wd))) == ["2"]  # no orbax temp dir
     assert checkpoint.verify_manifest(wd, 2) is None
     assert not os.path.exists(os.path.join(wd, workdir.LOCK_FILE))
+    assert "No space left on device" in open(os.path.join(wd, workdir.LOG_FILE)).read()
     again = run_main(wd)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from the checkpoint of step 2" in again.stdout
-    assert checkpoint.list_steps(wd)[-1] == 6
+    _assert_same_final_state(finished, wd)
+
+
+def _small_state(sign):
+    return {"w": sign * jnp.arange(600, dtype=jnp.float32).reshape(20, 30), "n": jnp.int32(sign)}
+
+
+def _save_until_it_fits(wd, make_fault):
+    """Save step 2 over a verified step 1, with ``make_fault(attempt)`` set up each time, until a
+    save succeeds; after each failure only step 1 is there, verified and intact, with nothing
+    temporary beside it, and nothing of orbax's on stderr (its log is the run's). Returns the
+    failures' messages."""
+    one, two = _small_state(1), _small_state(-1)
+    with workdir.locked([wd]):
+        writer = checkpoint.Writer(wd, keep=3)
+        writer.save(1, one, {"n": 1})
+        writer.close()
+    messages = []
+    for attempt in range(60):
+        with workdir.locked([wd]), make_fault(attempt):
+            writer = checkpoint.Writer(wd, keep=3)  # as the next start would
+            try:
+                writer.save(2, two, {"n": 2})
+                saved = True
+            except checkpoint.SaveError as e:
+                saved = False
+                messages.append(str(e))
+            writer.close()
+        if saved:
+            break
+        assert messages[-1].startswith(f"cannot save the checkpoint of step 2 in {wd}/")
+        assert "the last good checkpoint (step 1) is kept" in messages[-1]
+        assert os.listdir(checkpoint.checkpoint_dir(wd)) == ["1"], attempt
+        assert os.listdir(os.path.join(wd, checkpoint.MANIFEST_SUBDIR)) == ["1.json"], attempt
+        assert checkpoint.verify_manifest(wd, 1) is None
+    else:
+        pytest.fail("the save never fitted")
+    restored = checkpoint.restore_latest(wd)
+    assert restored.step == 2 and restored.meta["n"] == 2
+    for x, y in zip(jax.tree.leaves(restored.state), jax.tree.leaves(two), strict=True):
+        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+    return messages
+
+
+def test_full_disk_at_every_python_write_of_a_save(tmp_path, monkeypatch, capfd):
+    """ENOSPC from the k-th file write of the save on, for k = 1, 2, ... until the save fits:
+    every directory, file and rename orbax makes in Python (tmp dirs, metadata, meta JSON,
+    commit files, the commit rename) and the manifest's."""
+    wd = str(tmp_path / "w")
+    seen = []
+
+    @contextlib.contextmanager
+    def fault(attempt):
+        with monkeypatch.context() as mp:
+            seen.append(faults.WriteFault(2, attempt + 1).install(mp.setattr))
+            yield
+
+    messages = _save_until_it_fits(wd, fault)
+    writes = seen[-1].seen  # every write of the save that fitted
+    assert len(messages) == len(writes) and all(f.failed for f in seen[:-1])
+    kinds = {(kind, os.path.basename(p)) for kind, p in writes}
+    for expected in [
+        ("mkdir", "2.orbax-checkpoint-tmp"),
+        ("open", "_CHECKPOINT_METADATA"),
+        ("open", "metadata"),  # the meta JSON
+        ("open", "_METADATA"),  # the state tree
+        ("rename", "2"),  # orbax's commit
+        ("rename", "2.json"),  # the manifest
+    ]:
+        assert expected in kinds, (expected, kinds)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "orbax" not in err, err[-3000:]
+    assert "No space left on device" in open(os.path.join(wd, workdir.LOG_FILE)).read()
+
+
+@contextlib.contextmanager
+def _mounted_tmpfs(path, size: str):
+    """A fresh tmpfs of ``size`` at ``path`` (the test is skipped where this process may not
+    mount one: not root, or a container without the capability)."""
+    os.makedirs(path)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or proc.returncode})")
+    try:
+        yield str(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    with _mounted_tmpfs(tmp_path / "tmpfs", "1m") as mnt:
+        yield mnt
+
+
+@pytest.fixture
+def tmpfs_24m(tmp_path):
+    with _mounted_tmpfs(tmp_path / "tmpfs", "24m") as mnt:
+        yield mnt
+
+
+def test_full_disk_on_a_real_tmpfs_at_every_write_of_a_save(tmpfs, capfd):
+    """A real full disk: before each save the file system is filled up to k pages free, k = 0,
+    1, ... until the save fits, so the kernel's ENOSPC lands on every write of the save in turn
+    (tensorstore's array, metadata and OCDBT files as well as orbax's Python writes)."""
+    wd = os.path.join(tmpfs, "w")
+
+    @contextlib.contextmanager
+    def fault(attempt):
+        faults.fill_disk(tmpfs, attempt * 4096)
+        try:
+            yield
+        finally:
+            os.remove(os.path.join(tmpfs, faults.FILLER))
+
+    messages = _save_until_it_fits(wd, fault)
+    assert len(messages) >= 8
+    assert any("RESOURCE_EXHAUSTED" in m for m in messages)  # tensorstore's writes
+    assert any("OSError: [Errno 28]" in m for m in messages)  # Python's
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "orbax" not in err, err[-3000:]
+
+
+def test_full_disk_on_a_real_tmpfs_stops_in_one_line_and_resumes(finished, tmpfs_24m):
+    tmpfs = tmpfs_24m
+    """The command on a real 24 MiB tmpfs filled (before step 4's save) up to 8 KiB free: exit
+    1, one line, no traceback, step 2 kept; with the space back, the same command resumes and
+    ends bit-identical."""
+    wd = os.path.join(tmpfs, "w")
+    proc = run_main(wd, fault="fill_disk_at_save:4:8192")
+    line = one_line_error(proc, status=1)
+    assert line.startswith(f"invjax: error: cannot save the checkpoint of step 4 in {wd}/")
+    assert "the last good checkpoint (step 2) is kept" in line
+    assert sorted(os.listdir(checkpoint.checkpoint_dir(wd))) == ["2"]
+    assert checkpoint.verify_manifest(wd, 2) is None
+    os.remove(os.path.join(tmpfs, faults.FILLER))
+    again = run_main(wd)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from the checkpoint of step 2" in again.stdout
+    _assert_same_final_state(finished, wd)
+
+
+def test_damaged_steps_without_manifests_are_not_loaded(finished, tmp_path):
+    """Every manifest deleted and 100 bytes overwritten in the newest step: the run stops (exit
+    2, one line naming how to load a step anyway) and changes nothing; trusting step 4 makes the
+    next start resume there (the damaged step 6 set aside) and end bit-identical."""
+    wd = str(tmp_path / "w")
+    shutil.copytree(finished, wd)
+    shutil.rmtree(os.path.join(wd, checkpoint.MANIFEST_SUBDIR))
+    state_dir = os.path.join(checkpoint.checkpoint_dir(wd), "6", "state")
+    files = [os.path.join(r, f) for r, _, fs in os.walk(state_dir) for f in fs]
+    biggest = max(files, key=os.path.getsize)
+    with open(biggest, "r+b") as f:
+        f.seek(os.path.getsize(biggest) // 2)
+        f.write(bytes(range(100)))
+    before = {p: open(p, "rb").read() for p in files}
+    line = one_line_error(run_main(wd))
+    assert f"no readable checkpoint in {checkpoint.checkpoint_dir(wd)} (steps [2, 4, 6]" in line
+    assert "step 6: it has no integrity manifest" in line
+    assert f"python -m invjax.checkpoint --workdir={wd} --trust_step=6" in line
+    assert {p: open(p, "rb").read() for p in files} == before
+    trust = subprocess.run(
+        [sys.executable, "-m", "invjax.checkpoint", f"--workdir={wd}", "--trust_step=4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert trust.returncode == 0, trust.stderr
+    assert "step 4: verified" in trust.stdout and "step 6: it has no integrity manifest" in (
+        trust.stdout
+    )
+    again = run_main(wd)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from the checkpoint of step 4" in again.stdout
+    assert "checkpoint step 6 in " in again.stderr and "has no integrity manifest" in again.stderr
+    moved = os.listdir(os.path.join(wd, checkpoint.CORRUPT_SUBDIR))
+    assert [m for m in moved if m.startswith("6-")]
+    _assert_same_final_state(finished, wd)
 
 
 def test_other_failed_write_stops_with_one_message_keeping_checkpoints(tmp_path):
@@ -342,3 +547,61 @@ def test_invariance_rejects_bad_images_and_another_models_checkpoint(finished, t
     ok = run_invariance(*data, "--config.model.width=4", f"--workdir={finished}", "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert json.loads(ok.stdout.strip().splitlines()[-1])["variables"] == "checkpoint"
+
+
+# ----------------------------------------------------------------------------- sweep
+
+
+def test_sweep_passes_sigterm_to_its_run_which_saves_and_a_rerun_resumes(tmp_path):
+    """SIGTERM to ``launch/sweep.py --local`` while its run trains: the run gets it, saves at the
+    step it reached and ends before the sweep, which exits 143; the same sweep command resumes
+    the run from that checkpoint and finishes it."""
+    runs = tmp_path / "runs"
+    sets = {
+        "data.name": "digits",
+        "model.width": 4,
+        "train.batch_size": 32,
+        "train.eval_batch_size": 200,
+        "train.num_epochs": 10,
+        "train.lr_boundaries": "(6,)",
+        "train.checkpoint_every_steps": 0,
+        "train.log_every_steps": 0,
+    }
+    cmd = [sys.executable, "launch/sweep.py", "digits_cnn", "--sizes", "100", "--seeds", "0"]
+    cmd += ["--runs-dir", str(runs), "--local"]
+    for key, value in sets.items():
+        cmd += ["--set", f"{key}={value}"]
+    wd = str(runs / "digits_cnn" / "n100_s0")
+    for _ in range(3):  # a fast machine may finish before the signal: start afresh
+        shutil.rmtree(runs, ignore_errors=True)
+        sweep = subprocess.Popen(
+            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        ckpt = checkpoint.checkpoint_dir(wd)
+        deadline = time.time() + 240
+        while sweep.poll() is None and time.time() < deadline:
+            if os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt)):
+                break
+            time.sleep(0.01)
+        try:
+            child = json.load(open(os.path.join(wd, workdir.LOCK_FILE)))["pid"]
+        except (OSError, ValueError):
+            child = None
+        sweep.send_signal(signal.SIGTERM)
+        out, err = sweep.communicate(timeout=300)
+        if sweep.returncode != 0:
+            break
+    assert sweep.returncode == 143, err[-3000:]
+    assert child is not None
+    with pytest.raises(ProcessLookupError):  # the run ended before the sweep did
+        os.kill(child, 0)
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("sweep: stopped by SIGTERM: 1 run(s) saved a checkpoint"), err
+    assert any(x.startswith("invjax: stopped by SIGTERM after step ") for x in lines), err
+    steps = checkpoint.list_steps(wd)
+    assert steps and checkpoint.verify_manifest(wd, steps[-1]) is None
+    assert not os.path.exists(os.path.join(wd, "results.json"))
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from the checkpoint of step {steps[-1]} " in again.stdout
+    assert json.load(open(os.path.join(wd, "results.json")))["steps"] == 40

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import faults
 import jax
 import numpy as np
 import pytest
@@ -49,18 +50,21 @@ def _wait_for_checkpoint(proc, workdir, target_step: int, timeout: float = 240) 
         time.sleep(0.005)
 
 
-def command(workdir, *extra):
-    return [sys.executable, "-m", "invjax.main", *TINY, f"--workdir={workdir}", *extra]
+def command(workdir, *extra, fault=None):
+    """The tiny run's argv; ``fault``: installed from outside invjax (tests/faults.py)."""
+    args = [*TINY, f"--workdir={workdir}", *extra]
+    if fault:
+        return faults.command(fault, "invjax.main", *args)
+    return [sys.executable, "-m", "invjax.main", *args]
 
 
-def run_main(workdir, *extra, timeout=300, env=None):
+def run_main(workdir, *extra, timeout=300, fault=None):
     return subprocess.run(
-        command(workdir, *extra),
+        command(workdir, *extra, fault=fault),
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
     )
 
 
@@ -152,18 +156,17 @@ def _assert_resumed_bit_identical(ref_dir, workdir, where):
     assert ma == mb, where  # metrics.jsonl reads as if the run had never stopped
 
 
-def _start_and_signal(workdir, target_step, delay, signals, env=None, between=None):
+def _start_and_signal(workdir, target_step, delay, signals, fault=None, between=None):
     """Start a run without interval checkpoints (saves at epoch ends only, every 4 steps), wait
     until it has a checkpoint of step >= target_step plus ``delay`` seconds, then send
     ``signals[0]``; the others after ``between()`` returns (None: at once). Returns
     ``(status, stdout, stderr)``."""
     proc = subprocess.Popen(
-        command(workdir, "--config.train.checkpoint_every_steps=0"),
+        command(workdir, "--config.train.checkpoint_every_steps=0", fault=fault),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, **(env or {})),
     )
     _wait_for_checkpoint(proc, workdir, target_step)
     time.sleep(delay)
@@ -212,14 +215,14 @@ def test_signal_saves_at_the_step_reached_then_resume_is_bit_identical(reference
 
 
 def test_sigterm_mid_epoch_saves_that_exact_step(reference, tmp_path):
-    """The process signals itself after step 13 (test hook), mid-epoch 4 and between the epoch
+    """The process signals itself after step 13 (tests/faults.py), mid-epoch 4 and between the epoch
     checkpoints 12 and 16: it saves step 13 with the epoch's running sums, and resumes exactly."""
     ref_dir, _ = reference
     workdir = str(tmp_path / "w")
     proc = run_main(
         workdir,
         "--config.train.checkpoint_every_steps=0",
-        env=dict(os.environ, INVJAX_TEST_FAULT="sigterm_at_step:13"),
+        fault="sigterm_after_step:13",
     )
     assert proc.returncode == 143, proc.stderr[-3000:]
     assert (
@@ -240,7 +243,7 @@ def test_sigterm_mid_epoch_saves_that_exact_step(reference, tmp_path):
 
 def test_second_signal_during_the_save_corrupts_nothing(reference, tmp_path):
     """SIGTERM, then SIGINT while the stop's checkpoint is between orbax's commit and its
-    integrity manifest (held open 1 s by the test hook): the save completes all the same."""
+    integrity manifest (held open 1 s by tests/faults.py): the save completes all the same."""
     ref_dir, _ = reference
     workdir = str(tmp_path / "w")
     ckpt_dir = checkpoint.checkpoint_dir(workdir)
@@ -260,7 +263,7 @@ def test_second_signal_during_the_save_corrupts_nothing(reference, tmp_path):
         6,
         0.05,
         [signal.SIGTERM, signal.SIGINT],
-        env={"INVJAX_TEST_FAULT": "slow_save:1"},
+        fault="pause_before_manifest:1",
         between=in_save,
     )
     # Signals pending together are handled in number order (SIGINT first), so either may be

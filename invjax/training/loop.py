@@ -278,7 +278,6 @@ class _Loop:
         if self.stop.signum is not None:  # arrived while compiling: no step to finish
             self.stop_here(None)
         pending = None
-        signal_at = workdir_lib.fault("sigterm_at_step")  # test hook: a signal at a known step
         while self.step < self.exp.num_steps:
             idx = batch_indices(n, self.bsz, self.exp.config.seed, *divmod(self.step, self.spe))
             self.state, metrics = self.train_step(
@@ -287,8 +286,6 @@ class _Loop:
                 parallel.gather_batch(ds.train.labels, idx, self.mesh),
             )
             self.step += 1
-            if signal_at is not None and self.step == int(signal_at):
-                os.kill(os.getpid(), signal.SIGTERM)
             if pending is not None:  # one step behind, so the device runs ahead of this check
                 self.consume(*pending)
             pending = (self.step, metrics)
