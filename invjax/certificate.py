@@ -93,8 +93,11 @@ def certify(model, variables, model_cfg, images, mean, std, precisions=(P.EXACT,
     # One batch holds the images and all their transformed copies: one compilation per precision.
     batch = jnp.concatenate([x] + [G.transform(x, grp, g) for _, grp, g in elements])
     for name in dict.fromkeys(precisions):
-        with P.scope(name):
-            logits = jax.jit(lambda v, b: model.apply(v, (b - mean) / std, train=False))(
+        # The network configured for the arithmetic (its products take it explicitly); a model
+        # without a precision field follows the closest JAX default.
+        m = P.configure(model, name, strict=False)
+        with P.jax_default(name):
+            logits = jax.jit(lambda v, b, m=m: m.apply(v, (b - mean) / std, train=False))(
                 variables, batch
             )
         logits = np.asarray(logits).reshape(len(elements) + 1, len(x), -1)

@@ -16,7 +16,7 @@ costs what a plain convolution with the expanded channel counts costs.
 
 Equivariance: with :func:`invjax.ops.conv.conv2d`, ``conv(L_u x) = L_u conv(x)`` for every ``u``
 that maps the pixel grid onto itself, to float32 rounding; for other angles the error is that of
-resampling the input.
+resampling the input. ``precision``: the arithmetic of every product (:mod:`invjax.precision`).
 """
 
 from __future__ import annotations
@@ -24,50 +24,56 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from invjax import precision as P
 from invjax.groups import Group, restriction_indices
 from invjax.ops.conv import conv2d
 
 
-def expand_lift(weight, phi):
+def expand_lift(weight, phi, precision: str | None = None):
     """``w [Ci, Co, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci, Co * G]``."""
     ci, co, _ = weight.shape
     g, _, k, _ = phi.shape
-    kern = jnp.einsum("iob,gbxy->xyiog", weight, jnp.asarray(phi, weight.dtype))
+    kern = P.einsum("iob,gbxy->xyiog", weight, jnp.asarray(phi, weight.dtype), precision)
     return kern.reshape(k, k, ci, co * g)
 
 
-def expand_regular(weight, phi, group: Group):
+def expand_regular(weight, phi, group: Group, precision: str | None = None):
     """``w [Ci, Co, G, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci * G, Co * G]``."""
     ci, co, g, _ = weight.shape
     k = phi.shape[-1]
     # perm[g, h] = index of g^-1 h: the input group channel h of output g reads w[..., g^-1 h, :].
     perm = np.asarray(group.mul_table[group.inverse])
     w = weight[:, :, perm, :]  # [Ci, Co, G(out g), G(in h), B]
-    kern = jnp.einsum("iogpb,gbxy->xyipog", w, jnp.asarray(phi, weight.dtype))
+    kern = P.einsum("iogpb,gbxy->xyipog", w, jnp.asarray(phi, weight.dtype), precision)
     return kern.reshape(k, k, ci * g, co * g)
 
 
-def expand_to_trivial(weight, phi):
+def expand_to_trivial(weight, phi, precision: str | None = None):
     """``w [Ci, Co, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci * G, Co]``."""
     ci, co, _ = weight.shape
     g, _, k, _ = phi.shape
-    kern = jnp.einsum("iob,hbxy->xyiho", weight, jnp.asarray(phi, weight.dtype))
+    kern = P.einsum("iob,hbxy->xyiho", weight, jnp.asarray(phi, weight.dtype), precision)
     return kern.reshape(k, k, ci * g, co)
 
 
-def lift_conv(x, weight, phi, stride: int = 1, downsample: str = "symmetric"):
+def lift_conv(x, weight, phi, stride: int = 1, downsample: str = "symmetric", precision=None):
     """Trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', Co * G]``."""
-    return conv2d(x, expand_lift(weight, phi), stride, downsample=downsample)
+    kernel = expand_lift(weight, phi, precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
 
 
-def group_conv(x, weight, phi, group: Group, stride: int = 1, downsample: str = "symmetric"):
+def group_conv(
+    x, weight, phi, group: Group, stride: int = 1, downsample: str = "symmetric", precision=None
+):
     """Regular ``[B, H, W, Ci * G]`` -> regular ``[B, H', W', Co * G]``."""
-    return conv2d(x, expand_regular(weight, phi, group), stride, downsample=downsample)
+    kernel = expand_regular(weight, phi, group, precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
 
 
-def trivial_conv(x, weight, phi, stride: int = 1, downsample: str = "symmetric"):
+def trivial_conv(x, weight, phi, stride: int = 1, downsample: str = "symmetric", precision=None):
     """Regular ``[B, H, W, Ci * G]`` -> trivial (invariant fields) ``[B, H', W', Co]``."""
-    return conv2d(x, expand_to_trivial(weight, phi), stride, downsample=downsample)
+    kernel = expand_to_trivial(weight, phi, precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
 
 
 def group_pool(x, group_order: int, reduce: str = "max"):

@@ -49,7 +49,6 @@ from invjax.training.state import best_variables, initial_state, state_factory
 from invjax.training.steps import (
     batch_indices,
     evaluate,
-    in_precision,
     make_eval_step,
     make_train_step,
 )
@@ -169,16 +168,16 @@ class _Loop:
                 self.tc.learning_rate, self.tc.lr_boundaries, self.tc.lr_decay_factor, self.spe
             ),
         )
-        self.train_step = in_precision(
-            parallel.jit_train_step(
-                make_train_step(exp.model, exp.tx, self.ds.augment, self.ds.mean, self.ds.std),
-                self.mesh,
-            ),
-            exp.precision,
+        # Each step closes over the network configured for its arithmetic (invjax.precision): the
+        # setting is part of the traced function, not of the calling context.
+        train_model = P.configure(exp.model, exp.precision)
+        eval_model = P.configure(exp.model, exp.eval_precision)
+        self.train_step = parallel.jit_train_step(
+            make_train_step(train_model, exp.tx, self.ds.augment, self.ds.mean, self.ds.std),
+            self.mesh,
         )
-        self.eval_step = in_precision(
-            parallel.jit_eval_step(make_eval_step(exp.model, self.ds.mean, self.ds.std), self.mesh),
-            exp.eval_precision,
+        self.eval_step = parallel.jit_eval_step(
+            make_eval_step(eval_model, self.ds.mean, self.ds.std), self.mesh
         )
         self.t_start = time.perf_counter()
         self.elapsed0 = float(self.meta["wall_time_s"])

@@ -11,7 +11,6 @@ Frozen BatchNorm statistics are the model's business: it runs frozen parts with 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -22,27 +21,11 @@ import optax
 
 from invjax import data as data_lib
 from invjax import parallel
-from invjax import precision as P
 from invjax.training.state import TrainState
 
 
 def cross_entropy(logits, labels):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-
-
-def in_precision(fn: Callable, name: str) -> Callable:
-    """``fn`` called, and so traced and compiled, under invjax precision ``name``.
-
-    JAX keys its compilation cache on the matmul precision, so each call must be inside the
-    scope: a call outside it would trace the function again with the backend's default.
-    """
-
-    @functools.wraps(fn)
-    def call(*args):
-        with P.scope(name):
-            return fn(*args)
-
-    return call
 
 
 def make_train_step(model, tx, augment: str, mean, std) -> Callable:
