@@ -34,7 +34,9 @@ Emulation (CPU proof of the argument, tests and ``benchmarks/precision.py``): ``
 and ``"<mode>@bf16"`` for ``mode`` in ``default`` / ``exact_fast`` compute what that mode computes
 on a backend whose fast format is TF32 (10 explicit mantissa bits) or bfloat16 (7): operands are
 rounded to nearest, ties to even (:func:`round_mantissa`), and their products, exact in float32
-(at most 2 x 11 significant bits), are summed in float32.
+(at most 2 x 11 significant bits), are summed in float32. ``"exact_fast@bf16x3"`` is the 3-pass
+bf16 split (16 bits), which shows why TPUs get 6 passes. The real ``exact_fast`` picks its form
+from ``jax.default_backend()`` when traced.
 
 How a setting reaches the products: by construction, never through hidden state. Every layer
 that multiplies (:mod:`invjax.layers`) has a ``precision`` attribute (as ``flax.linen.Conv``) that
