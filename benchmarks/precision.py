@@ -16,9 +16,9 @@ built in that arithmetic (their ``precision`` attribute, :func:`invjax.precision
   images/s that time allows;
 * ``--config``: the network's logits, ``max_g max_n ||f(g x) - f(x)|| / ||f(x)||`` over the
   exact elements of D4 (eval mode, fresh initialisation, 8 photos), the time to compile and run
-  its first train step, its train-step time (images/s) and the peak memory of one train step as
-  XLA's buffer assignment states it (``compiled.memory_analysis()``: arguments + outputs +
-  temporaries - aliased; ``--measure`` picks among ``error,step,memory``).
+  its first train step, its train-step time (images/s) and the memory of one train step as
+  XLA's buffer assignment states it (:func:`peak_bytes`: arguments + outputs + temporaries -
+  aliased, from ``compiled.memory_analysis()``; ``--measure`` picks among ``error,step,memory``).
 
 Times are medians of ``--reps`` runs after compilation, precisions interleaved so that a busy
 machine affects them alike; ratios are to ``highest``. Prints a table, or JSON with ``--json``.
@@ -99,13 +99,13 @@ def layer_stack(group: str, k: int, fields: int, precision: str | None = None):
 
 
 def peak_bytes(compiled) -> int | None:
-    """Peak memory of a compiled program as XLA's buffer assignment states it (None: unknown)."""
+    """Memory one call of a compiled program allocates, as XLA's buffer assignment states it:
+    arguments + outputs + the temporary arena - aliased (donated) bytes (None: not reported).
+
+    Not ``peak_memory_in_bytes``: on CPU (jax 0.10) it counts arguments and outputs only."""
     m = compiled.memory_analysis()
     if m is None:
         return None
-    peak = getattr(m, "peak_memory_in_bytes", None)
-    if peak:
-        return int(peak)
     return int(
         m.argument_size_in_bytes
         + m.output_size_in_bytes

@@ -85,11 +85,15 @@ def check(name, key: str = "precision", allow_none: bool = False) -> str | None:
     return name
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def round_mantissa(x, bits: int):
     """``x`` (float32) rounded to ``bits`` explicit mantissa bits, to nearest, ties to even.
 
     What converting to TF32 (``bits=10``) or bfloat16 (``bits=7``) does; both keep float32's
     8-bit exponent, so the result is a float32 holding the rounded value. Non-finite values pass.
+    Differentiated as the identity (straight through), as a cast to the fast format is: the
+    split's parts then carry the whole derivative in ``x_hi`` (``x_lo = x - x_hi`` gets none),
+    and the backward passes are the transposed products of the parts.
     """
     x = jnp.asarray(x, jnp.float32)
     drop = 23 - bits
@@ -97,6 +101,11 @@ def round_mantissa(x, bits: int):
     lsb = (u >> drop) & jnp.uint32(1)
     u = (u + jnp.uint32((1 << (drop - 1)) - 1) + lsb) & jnp.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
     return jnp.where(jnp.isfinite(x), lax.bitcast_convert_type(u, jnp.float32), x)
+
+
+@round_mantissa.defjvp
+def _round_mantissa_jvp(bits, primals, tangents):
+    return round_mantissa(primals[0], bits), jnp.asarray(tangents[0], jnp.float32)
 
 
 def split(x, terms: int, to_fast):

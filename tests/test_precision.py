@@ -77,6 +77,28 @@ def test_bf16_and_emulated_convolutions_compute_rounded_products_in_float32(phot
     assert 1e-6 < rel(conv("exact_fast@bf16x3"), ref) < 2.0**-15
 
 
+def test_gradients_flow_through_the_rounding_and_the_split(photo32):
+    """A train step needs gradients: the rounding is differentiated as the identity (a cast's
+    derivative), so the gradients of a convolution with respect to input and filter are those of
+    float32 in the split modes and of the rounded operands in the plain ones."""
+    x = jnp.asarray(photo32)
+    k = jax.random.normal(jax.random.PRNGKey(0), (3, 3, 3, 8))
+    probe = jax.random.normal(jax.random.PRNGKey(1), (1, 32, 32, 8))
+
+    def grads(name):
+        loss = lambda x, k: jnp.sum(probe * conv2d(x, k, precision=name))  # noqa: E731
+        return jax.jit(jax.grad(loss, argnums=(0, 1)))(x, k)
+
+    ref = grads("highest")
+    for name, bound in (
+        ("exact_fast@tf32", 1e-6),
+        ("exact_fast@bf16", 1e-6),
+        ("default@tf32", 1e-3),
+    ):
+        for got, want in zip(grads(name), ref):
+            assert 0 < rel(got, want) < bound, name
+
+
 def _error(f, x, g, norm=None) -> float:
     """``max_e ||f(g_e x) - g_e f(x)|| / ||g_e f(x)||`` per sample over the 7 non-identity
     elements of D4 ``g`` (``norm=np.inf``: largest entry, an elementwise reading)."""
