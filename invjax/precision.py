@@ -261,16 +261,16 @@ def is_exact(name: str, backend: str | None = None) -> bool:
     """Whether precision ``name`` keeps the 90-degree/flip guarantee at float32 rounding on
     ``backend`` (default: JAX's default backend), as measured (docs/precision.md).
 
-    ``highest`` everywhere; ``default`` on CPU (float32 products); ``exact_fast`` and its
-    emulations everywhere (tested on CPU by emulation; on GPUs not measured yet). ``bf16`` and
+    ``highest`` everywhere; ``default`` and ``exact_fast`` on CPU (float32 products); the
+    emulations of ``exact_fast`` (tested on CPU). ``exact_fast`` on GPUs and TPUs is exact by
+    the argument of docs/precision.md but not measured yet, so not promised here. ``bf16`` and
     the emulated ``default@...`` never: rounding each layer's input breaks exactness.
     """
     check(name)
     backend = backend or jax.default_backend()
-    mode = name.partition("@")[0]
-    if mode in ("highest", "exact_fast"):
+    if name == "highest" or name.startswith("exact_fast@"):
         return True
-    return name == "default" and backend == "cpu"
+    return name in ("default", "exact_fast") and backend == "cpu"
 
 
 def describe(name: str) -> dict:
