@@ -4,8 +4,10 @@
 #   bash benchmarks/accelerator_check.sh OUTDIR
 #
 # 1. the test suite (every invariance test pins the exact precision, tests/conftest.py);
-# 2. the precision table: E(2) layer stacks, and the CIFAR-10 E(2)-II WRN28-10's logits under
-#    every precision (benchmarks/precision.py);
+# 2. the precision table (docs/precision.md): E(2) layer stacks, the SVHN E(2)-II WRN16-4 (logits
+#    error, train step images/s, first step, peak memory at batch 128) and the CIFAR-10 E(2)-II
+#    WRN28-10's logits and memory, under every precision, exact_fast included
+#    (benchmarks/precision.py);
 # 3. the scale layers' lowerings side by side (benchmarks/layers.py);
 # 4. whole-network throughput and time to first step per precision (benchmarks/throughput.py);
 # 5. the peer benchmark against e2cnn on the GPU (benchmarks/peers/run.sh --gpu; PEERS_TORCH and
@@ -16,7 +18,9 @@
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
 # rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, STUDY_* and the *_S limits can
 # be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
-# precision_cifar10, scale_lowering, throughput, peers, study), e.g. on an H100:
+# precision_svhn, precision_cifar10, scale_lowering, throughput, peers, study), e.g. on an H100:
+#
+#   ONLY=precision_layers,precision_svhn,precision_cifar10 bash benchmarks/accelerator_check.sh OUT
 #
 #   ONLY=study STUDY_RUNS=/tmp/study_runs bash benchmarks/accelerator_check.sh OUTDIR
 #   ONLY=peers PEERS_TORCH=system PEERS_WHEELS=DIR bash benchmarks/accelerator_check.sh OUTDIR
@@ -48,12 +52,15 @@ step pytest "${TESTS_S:-300}" python3 -m pytest -q -n "${WORKERS:-12}" -p no:cac
   ${TESTS:-tests}
 step precision_layers "${LAYERS_S:-90}" python3 benchmarks/precision.py --batch 64 \
   --json "$out/precision_layers.json"
-step precision_cifar10 "${NETWORK_S:-150}" python3 benchmarks/precision.py --layers=false \
-  --train-step=false --config=configs/cifar10_e2_ii.py --batch 16 \
+step precision_svhn "${SVHN_S:-240}" python3 benchmarks/precision.py --layers=false \
+  --config=configs/svhn_e2_ii.py --batch 128 --measure error,step,memory \
+  --json "$out/precision_svhn.json"
+step precision_cifar10 "${NETWORK_S:-240}" python3 benchmarks/precision.py --layers=false \
+  --measure error,memory --config=configs/cifar10_e2_ii.py --batch 128 \
   --json "$out/precision_cifar10.json"
 step scale_lowering "${LOWERING_S:-90}" python3 benchmarks/layers.py --layers scale --batch 64
 step throughput "${THROUGHPUT_S:-240}" python3 benchmarks/throughput.py --dataset "${DATASET:-svhn}" \
-  --families "${FAMILIES:-std,e2_ii,scale_ii}" --precision "${PRECISIONS:-default,highest}" \
+  --families "${FAMILIES:-std,e2_ii,scale_ii}" --precision "${PRECISIONS:-default,highest,exact_fast}" \
   --steps 20 --json "$out/throughput.json"
 step peers "${PEERS_S:-240}" bash benchmarks/peers/run.sh --gpu --json "$out/peers.json"
 step study "${STUDY_S:-420}" python3 launch/study.py --out "$out/study" \

@@ -131,7 +131,7 @@ def main(argv=None):
         f"only under {P.EXACT!r} on GPUs",
     )
     args = ap.parse_args(argv)
-    with P.scope(args.precision):
+    with P.jax_default(args.precision):  # for products outside invjax's layers
         run(args)
 
 
@@ -155,7 +155,8 @@ def run(args):
         ex = export(model, v, x.shape[1:], precision=args.precision)
         ex_std = export(std, vs, x.shape[1:], precision=args.precision)
         # The variables are an argument (as in an eval loop), not constants XLA could fold.
-        apply = jax.jit(lambda vv, z, m=model: m.apply(vv, z, train=False))
+        m = P.configure(model, args.precision)
+        apply = jax.jit(lambda vv, z, m=m: m.apply(vv, z, train=False))
         train_form = lambda z, v=v, apply=apply: apply(v, z)  # noqa: E731
         # Same numbers (float32 rounding), so the timings compare the same function.
         err = float(jnp.linalg.norm(ex(x) - train_form(x)) / jnp.linalg.norm(train_form(x)))

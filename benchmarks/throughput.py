@@ -28,10 +28,10 @@ Batch sizes are the configs' (the paper's), unless ``--batch``. ``dual`` and ``t
 configs' own train step: phase 2, the streams frozen (inference mode) and the head trained; the
 streams' phase-1 steps are the single-stream rows. ``--width-divisor K`` divides every channel
 count (``ceil(C / K)``, on top of the multi-stream networks' own divisors) to fit a CPU.
-``--precision`` runs each row under ``invjax.precision.scope(name)`` (tracing, compilation and
-steps; ``bf16`` is invjax's mixed precision). ``--scale-lowering`` (comma list of ``auto``, ``grouped``, ``per_scale``) runs the
-families that have scale layers once per lowering of their scale convolutions
-(:func:`invjax.ops.scale.auto_lowering`); the others once.
+``--precision`` builds each row's network in that arithmetic (:func:`invjax.precision.configure`;
+``bf16`` is invjax's mixed precision). ``--scale-lowering`` (comma list of ``auto``, ``grouped``,
+``per_scale``) runs the families that have scale layers once per lowering of their scale
+convolutions (the networks' ``scale_lowering`` field); the others once.
 
 Prints one table row per run as it finishes and, with ``--json FILE``, writes all rows with the
 device and software versions (rewritten after each row, so a stopped run keeps what it measured).
@@ -65,7 +65,7 @@ DIGITS_CONFIGS = {
     "dual": "digits_dual",
     "triple": "digits_triple",
 }
-PRECISIONS = ("default", "highest", "bf16")  # invjax.precision.PRECISIONS (checked in the tests)
+PRECISIONS = ("default", "highest", "bf16", "exact_fast")  # invjax.precision.PRECISIONS (tested)
 LOWERINGS = ("auto", "grouped", "per_scale")
 RESULT = "THROUGHPUT_RESULT "
 PROBE = (
@@ -85,14 +85,13 @@ def families_of(dataset: str) -> tuple[str, ...]:
     return tuple(f for f in FAMILIES if config_name(dataset, f) is not None)
 
 
-def precision_scope(name: str):
-    """The context in which one precision's network is traced, compiled and stepped.
-
-    The single place that maps a ``--precision`` name to JAX settings (add new modes here).
-    """
-    from invjax import precision
-
-    return precision.scope(name)
+def set_scale_lowering(model, lowering: str) -> None:
+    """Set ``scale_lowering`` of every WRN of a model section (or its streams), in place."""
+    if model.get("name") == "multistream":
+        for s in model.streams.values():
+            set_scale_lowering(s, lowering)
+    elif model.get("name") == "wrn":
+        model.scale_lowering = lowering
 
 
 def has_scale_layers(model) -> bool:
@@ -128,6 +127,7 @@ def measure(case: dict) -> dict:
 
     from invjax import data as data_lib
     from invjax import models, parallel
+    from invjax import precision as P
     from invjax.ops import scale as scale_ops
     from invjax.training.optimizer import make_optimizer, trainable_labels
     from invjax.training.state import init_variables, state_factory
@@ -141,6 +141,7 @@ def measure(case: dict) -> dict:
             config.model.num_classes = opts["num_classes"]
         if case["width_divisor"] != 1:
             divide_widths(config.model, case["width_divisor"])
+        set_scale_lowering(config.model, case["scale_lowering"] or "auto")
     batch = case["batch"] or tc.batch_size
     mesh = parallel.make_mesh()
     parallel.check_batch_size(batch, mesh, "batch")
@@ -156,8 +157,8 @@ def measure(case: dict) -> dict:
     jax.block_until_ready(images)
 
     t0, c0 = time.perf_counter(), time.process_time()
-    with precision_scope(case["precision"]), scale_ops.auto_lowering(lowering or "auto"):
-        model = models.build(config.model)
+    with P.jax_default(case["precision"]):  # for products outside invjax's layers
+        model = P.configure(models.build(config.model), case["precision"])
         abstract = jax.eval_shape(lambda r: init_variables(model, shape, r), jax.random.PRNGKey(0))
         tx = make_optimizer(tc, 100, abstract["params"])
         make, trees = state_factory(model, tx, shape, config.seed, bool(tc.select_best))
@@ -174,7 +175,7 @@ def measure(case: dict) -> dict:
             state, metrics = step(state, images, labels)
         jax.block_until_ready((state, metrics))
         elapsed, elapsed_cpu = time.perf_counter() - t1, time.process_time() - c1
-        resolved = scale_ops.resolve_lowering("auto") if lowering else None
+        resolved = scale_ops.resolve_lowering(lowering) if lowering else None
 
     leaves = jax.tree.leaves(state.params)
     params = sum(int(np.prod(p.shape)) for p in leaves)

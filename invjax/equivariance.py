@@ -202,6 +202,9 @@ def check_equivariance(
 
     if precision is not None:
         P.check(precision)
+        # invjax's layers take the arithmetic as an attribute (a new module, so a new trace);
+        # other modules follow JAX's closest default below.
+        module = P.configure(module, precision, strict=False)
     # The output's kind (invariant [B, C] or a map) is checked before any compute.
     y_shape = jax.eval_shape(apply, variables, x).shape
     if len(y_shape) not in (2, 4):
@@ -229,7 +232,7 @@ def check_equivariance(
         if precision is None:
             y = run(variables, batch)
         else:
-            with P.scope(precision):
+            with P.jax_default(precision):
                 y = run(variables, batch)
         for i, part in zip(idx, jnp.split(y, len(idx))):
             outputs[i] = part

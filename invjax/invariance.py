@@ -559,9 +559,9 @@ def model_invariance(
         from invjax.training.state import init_variables
 
         variables = init_variables(model, image_shape, jax.random.PRNGKey(config.seed))
-    fn = _model_features(model, variables, mean, std)
+    fn = _model_features(P.configure(model, precision), variables, mean, std)
     out = {}
-    with P.scope(precision):
+    with P.jax_default(precision):
         for t in transforms:
             delta = invariance_error(fn, images, t, batch_size=batch_size)
             out[t] = {"logits": delta["logits"], "features": delta.get("features")}
@@ -654,7 +654,7 @@ def main(argv=None) -> int:
         compilation_cache.enable(fl.compilation_cache)
         if fl.table1:
             start = time.perf_counter()
-            with P.scope(fl.precision):
+            with P.jax_default(fl.precision):  # Table 1's layers take JAX's default
                 terms = table1_terms(fl.n_samples, fl.seed, fl.columns.split(","))
             readings = {st: aggregate(terms, st) for st in STATISTICS}
             wall = time.perf_counter() - start

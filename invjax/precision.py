@@ -1,93 +1,276 @@
-"""The arithmetic of convolutions and matrix products: one named setting, part of the guarantee.
+"""The arithmetic of convolutions and matrix products: a named setting, part of the guarantee.
 
 invjax's E(2) layers are exactly equivariant to the 90-degree rotations and flips of their group
 *for exact arithmetic*: a rotated input meets the same filter taps and the same products, only
-summed in another order. What a run actually computes depends on the backend's float32
-arithmetic, so the guarantee is stated per precision:
+summed in another order. What a run actually computes depends on the arithmetic of its products,
+so the guarantee is stated per precision (the argument and the measurements: docs/precision.md):
 
 ``"highest"``
-    True float32 products on every backend (``jax.default_matmul_precision("highest")``).
-    Exact up to float32 rounding everywhere: the precision of every invariance measurement,
-    exactness test, export check and run certificate.
+    True float32 products on every backend (``lax.Precision.HIGHEST``). Exact up to float32
+    rounding everywhere: the precision of every invariance measurement, exactness test, export
+    check and run certificate.
 ``"default"``
-    The backend's own default. On CPU this is float32 (identical to ``"highest"``). On NVIDIA
-    GPUs since Ampere, float32 convolutions and matrix products run on tensor cores in TF32
-    (10-bit mantissa) and cuDNN may pick convolution algorithms (Winograd, FFT) whose rounding is
-    not symmetric under rotations of the grid: the logits of a rotated image then change by about
-    1e-4 (measured in the README). Fastest float32 mode; not exact on GPUs.
+    The backend's fast float32 (``lax.Precision.DEFAULT``). On CPU this is float32 (identical to
+    ``"highest"``). On NVIDIA GPUs since Ampere, float32 convolutions and matrix products round
+    their operands to TF32 (10-bit mantissa); on TPUs to bfloat16 (one pass). Rounding each
+    layer's input turns the last-bit differences that float32 summation order leaves between
+    ``f(g x)`` and ``g f(x)`` into whole TF32 / bf16 ulps wherever a value sits next to a rounding
+    boundary: not exact on those backends (logits move by about 1e-4).
 ``"bf16"``
-    Mixed precision: parameters, optimiser state, normalisation statistics and everything outside
-    convolutions stay float32; each convolution rounds its input and its (expanded) filter to
-    bfloat16 and accumulates in float32 (``preferred_element_type``). Not exact: the rounding of
-    each layer's input amplifies float32 summation-order differences (:func:`is_exact`). On GPUs
-    XLA may keep a convolution in float32 instead (it is allowed excess precision by default,
-    ``xla_allow_excess_precision``), so the rounding is an upper bound there, not a promise.
+    Mixed precision: each product rounds its operands to bfloat16 and accumulates in float32
+    (``preferred_element_type``); everything else stays float32. Not exact, on any backend.
+``"exact_fast"``
+    Exact in the fast arithmetic: every operand is split elementwise, ``x = x_hi + x_lo`` with
+    ``x_hi`` representable in the fast format, and the significant partial products are summed
+    in float32. TF32 on GPUs: 3 passes, ``x_hi w_hi + x_hi w_lo + x_lo w_hi`` (CUTLASS's 3xTF32);
+    bf16 on TPUs: ``x = x_0 + x_1 + x_2`` and the 6 products of order <= 2 (JAX's
+    ``BF16_BF16_F32_X6``). The split is a function of each element alone, so it commutes with
+    the grid permutations of the group, and ``x_hi + x_lo`` carries 22 (TF32) or all 24 (bf16 x3)
+    mantissa bits: a last-bit difference of an input stays a last-bit difference. Plain float32
+    (``HIGHEST``) on backends whose float32 products are already float32 (CPU). Not the GPU
+    training default: its cost on a GPU is not measured yet.
 
-The setting applies at trace time: :func:`scope` sets JAX's default matmul precision (which also
-keys JAX's compilation cache, so functions traced under different settings are compiled apart)
-and the convolution dtype that :func:`invjax.ops.conv.conv2d` reads through :func:`conv_dtype`.
+Emulation (CPU proof of the argument, tests and ``benchmarks/precision.py``): ``"<mode>@tf32"``
+and ``"<mode>@bf16"`` for ``mode`` in ``default`` / ``exact_fast`` compute what that mode computes
+on a backend whose fast format is TF32 (10 explicit mantissa bits) or bfloat16 (7): operands are
+rounded to nearest, ties to even (:func:`round_mantissa`), and their products, exact in float32
+(at most 2 x 11 significant bits), are summed in float32. ``"exact_fast@bf16x3"`` is the 3-pass
+bf16 split (16 bits), which shows why TPUs get 6 passes. The real ``exact_fast`` picks its form
+from ``jax.default_backend()`` when traced.
+
+How a setting reaches the products: by construction, never through hidden state. Every layer
+that multiplies (:mod:`invjax.layers`) has a ``precision`` attribute (as ``flax.linen.Conv``) that
+it passes to :func:`conv` / :func:`einsum` / :func:`dot_general`; every network passes its own
+``precision`` field down to all its layers; :func:`configure` returns a network with another
+setting (a new module, so a jitted function closing over it is traced and cached apart). ``None``
+(the attributes' default) means JAX's own ``jax_default_matmul_precision``, which JAX keys its
+compilation cache on.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
-#: name -> (jax default_matmul_precision value, convolution compute dtype or None)
-_MODES = {
-    # Named explicitly (not left unset), so that "default" also undoes an enclosing setting.
-    "default": ("default", None),
-    "highest": ("highest", None),
-    # "bfloat16" for the other products (basis expansion, dense layers): on GPU that is the
-    # default TF32 path, on TPU one bf16 pass; it also gives traces of this mode their own key.
-    "bf16": ("bfloat16", jnp.bfloat16),
-}
-PRECISIONS = tuple(_MODES)
+PRECISIONS = ("default", "highest", "bf16", "exact_fast")
 #: The precision at which invjax promises exactness on every backend and measures invariance.
 EXACT = "highest"
-_conv_dtype: contextvars.ContextVar = contextvars.ContextVar("invjax_conv_dtype", default=None)
+#: Fast formats emulated on CPU: explicit mantissa bits (float32 has 23) and the partial
+#: products of ``exact_fast`` in that format (3: two-term split; 6: three-term split).
+#: ``bf16x3`` is the 3-pass bf16 form, kept to measure that 6 passes are needed on TPUs.
+FAST_FORMATS = {"tf32": (10, 3), "bf16": (7, 6), "bf16x3": (7, 3)}
+EMULATED = (
+    "default@tf32",
+    "exact_fast@tf32",
+    "default@bf16",
+    "exact_fast@bf16",
+    "exact_fast@bf16x3",
+)
+ALL = PRECISIONS + EMULATED
 
 
-def check(name, key: str = "precision") -> str:
-    """Return ``name`` if it is a precision, else raise one message naming ``key`` and the valid."""
-    if not isinstance(name, str) or name not in _MODES:
-        raise ValueError(f"{key}={name!r} is invalid: valid precisions are {list(PRECISIONS)}")
+def check(name, key: str = "precision", allow_none: bool = False) -> str | None:
+    """Return ``name`` if it is a precision (or an emulated one), else one clear ValueError."""
+    if name is None and allow_none:
+        return None
+    if not isinstance(name, str) or name not in ALL:
+        raise ValueError(
+            f"{key}={name!r} is invalid: valid precisions are {list(PRECISIONS)} (CPU emulation "
+            f"of a fast format: {list(EMULATED)})"
+        )
     return name
 
 
-@contextlib.contextmanager
-def scope(name: str):
-    """Trace (and run) everything inside with the arithmetic of precision ``name``."""
-    matmul, dtype = _MODES[check(name)]
-    token = _conv_dtype.set(dtype)
-    try:
-        with jax.default_matmul_precision(matmul):
-            yield
-    finally:
-        _conv_dtype.reset(token)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def round_mantissa(x, bits: int):
+    """``x`` (float32) rounded to ``bits`` explicit mantissa bits, to nearest, ties to even.
+
+    What converting to TF32 (``bits=10``) or bfloat16 (``bits=7``) does; both keep float32's
+    8-bit exponent, so the result is a float32 holding the rounded value. Non-finite values pass.
+    Differentiated as the identity (straight through), as a cast to the fast format is: the
+    split's parts then carry the whole derivative in ``x_hi`` (``x_lo = x - x_hi`` gets none),
+    and the backward passes are the transposed products of the parts.
+    """
+    x = jnp.asarray(x, jnp.float32)
+    drop = 23 - bits
+    u = lax.bitcast_convert_type(x, jnp.uint32)
+    lsb = (u >> drop) & jnp.uint32(1)
+    u = (u + jnp.uint32((1 << (drop - 1)) - 1) + lsb) & jnp.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
+    return jnp.where(jnp.isfinite(x), lax.bitcast_convert_type(u, jnp.float32), x)
 
 
-def conv_dtype():
-    """The dtype convolutions compute in under the current :func:`scope` (None: the input's)."""
-    return _conv_dtype.get()
+@round_mantissa.defjvp
+def _round_mantissa_jvp(bits, primals, tangents):
+    return round_mantissa(primals[0], bits), jnp.asarray(tangents[0], jnp.float32)
+
+
+def split(x, terms: int, to_fast):
+    """``[x_0, ..., x_{terms-1}]`` with ``x_j = to_fast(x - x_0 - ... - x_{j-1})``.
+
+    Each remainder is exact in float32 (it is smaller than an ulp of the previous term's format),
+    so ``sum_j x_j`` equals ``x`` to ``terms x (bits + 1)`` significant bits.
+    """
+    parts, rest = [], jnp.asarray(x, jnp.float32)
+    for _ in range(terms):
+        part = to_fast(rest)
+        parts.append(part)
+        rest = rest - part
+    return parts
+
+
+def _split_product(fn, a, b, passes: int, to_fast, prec, out):
+    """``sum_{i + j < order} fn(a_i, b_j)`` of the split operands, smallest terms summed first."""
+    terms = {3: 2, 6: 3}[passes]
+    sa, sb = split(a, terms, to_fast), split(b, terms, to_fast)
+    total = None
+    for order in reversed(range(terms)):  # products of order 2 (6 passes), 1, then 0
+        for i in range(order + 1):
+            y = fn(sa[i], sb[order - i], prec, out)
+            total = y if total is None else total + y
+    return total
+
+
+def bilinear(fn, a, b, name: str | None):
+    """A bilinear product ``fn(a, b, precision, preferred_element_type)`` (a convolution, a
+    dot) in the arithmetic of precision ``name`` (module docstring). Resolved at trace time."""
+    if name is None:
+        return fn(a, b, None, None)
+    mode, _, emulated = check(name).partition("@")
+    f32 = jnp.promote_types(a.dtype, jnp.float32)
+    if emulated:
+        bits, passes = FAST_FORMATS[emulated]
+        fast = functools.partial(round_mantissa, bits=bits)
+        if mode == "default":
+            return fn(fast(a), fast(b), lax.Precision.HIGHEST, None)
+        return _split_product(fn, a, b, passes, fast, lax.Precision.HIGHEST, None)
+    if mode == "highest":
+        return fn(a, b, lax.Precision.HIGHEST, None)
+    if mode == "default":
+        return fn(a, b, lax.Precision.DEFAULT, None)
+    if mode == "bf16":
+        y = fn(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), lax.Precision.DEFAULT, f32)
+        return y
+    backend = jax.default_backend()
+    if backend == "gpu":  # TF32 tensor cores: x_hi is exact in TF32, the hardware rounds x_lo
+        tf32 = functools.partial(round_mantissa, bits=FAST_FORMATS["tf32"][0])
+        return _split_product(fn, a, b, 3, tf32, lax.Precision.DEFAULT, None)
+    if backend == "tpu":  # bf16 passes: three bf16 terms hold all 24 bits of a float32
+
+        def to_bf16(v):
+            return v.astype(jnp.bfloat16).astype(jnp.float32)
+
+        return _split_product(
+            lambda p, q, prec, out: fn(p.astype(jnp.bfloat16), q.astype(jnp.bfloat16), prec, out),
+            a,
+            b,
+            6,
+            to_bf16,
+            lax.Precision.DEFAULT,
+            f32,
+        )
+    return fn(a, b, lax.Precision.HIGHEST, None)  # float32 products already
+
+
+def conv(x, kernel, name: str | None, **kwargs):
+    """``lax.conv_general_dilated(x, kernel, **kwargs)`` in precision ``name``."""
+
+    def fn(a, b, prec, out):
+        return lax.conv_general_dilated(a, b, precision=prec, preferred_element_type=out, **kwargs)
+
+    return bilinear(fn, x, kernel, name)
+
+
+def einsum(spec: str, a, b, name: str | None):
+    """``jnp.einsum(spec, a, b)`` in precision ``name``."""
+
+    def fn(p, q, prec, out):
+        return jnp.einsum(spec, p, q, precision=prec, preferred_element_type=out)
+
+    return bilinear(fn, a, b, name)
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, *, mode):
+    """``lax.dot_general`` in invjax precision ``mode`` (the ``dot_general`` of ``nn.Dense``;
+    Flax's own ``precision`` argument must be None, the mode decides)."""
+    if precision is not None or preferred_element_type is not None:
+        raise ValueError("dot_general: the invjax precision mode decides precision and dtype")
+
+    def fn(p, q, prec, out):
+        return lax.dot_general(p, q, dimension_numbers, precision=prec, preferred_element_type=out)
+
+    return bilinear(fn, lhs, rhs, mode)
+
+
+def dense_dot_general(name: str | None):
+    """The ``dot_general`` to give ``flax.linen.Dense`` for precision ``name`` (None: Flax's)."""
+    return None if name is None else functools.partial(dot_general, mode=check(name))
+
+
+def configure(model, name: str | None, strict: bool = True):
+    """``model`` (a Flax module) with precision ``name``: a clone whose ``precision`` field, and
+    that of every module-valued field (the streams of a multi-stream network), is ``name``.
+
+    A new module, so a function closing over it is traced for this arithmetic. A model without a
+    ``precision`` field of invjax's meaning cannot honour the setting: one clear error, or with
+    ``strict=False`` the model itself (its products then follow :func:`jax_default`)."""
+    check(name, allow_none=True)
+    fields = getattr(model, "__dataclass_fields__", {})
+    # Only invjax's modules: Flax's own take a lax precision under the same field name.
+    if "precision" not in fields or not type(model).__module__.startswith("invjax."):
+        if not strict:
+            return model
+        raise ValueError(
+            f"{type(model).__name__} has no 'precision' attribute: it cannot be computed in "
+            f"precision {name!r}"
+        )
+    subs = {
+        f: configure(getattr(model, f), name, strict)
+        for f in fields
+        if f not in ("parent", "name") and _is_module(getattr(model, f, None))
+    }
+    return model.clone(precision=name, **subs)
+
+
+#: JAX's ``default_matmul_precision`` closest to each mode, for products that take no invjax
+#: precision (a user's ``flax.linen.Dense``): exact where the mode is exact.
+_JAX_DEFAULT = {
+    "default": "default",
+    "highest": "highest",
+    "bf16": "bfloat16",
+    "exact_fast": "highest",
+}
+
+
+def jax_default(name: str):
+    """Context: JAX's ``default_matmul_precision`` closest to precision ``name`` (``highest`` for
+    ``exact_fast`` and the emulations), for modules without a ``precision`` attribute. JAX keys
+    its compilation cache on this setting; invjax's own layers take theirs explicitly."""
+    mode = check(name).partition("@")[0]
+    return jax.default_matmul_precision("highest" if "@" in name else _JAX_DEFAULT[mode])
+
+
+def _is_module(v) -> bool:
+    return dataclasses.is_dataclass(v) and hasattr(v, "clone") and hasattr(v, "apply")
 
 
 def is_exact(name: str, backend: str | None = None) -> bool:
     """Whether precision ``name`` keeps the 90-degree/flip guarantee at float32 rounding on
-    ``backend`` (default: JAX's default backend), as measured (README, "Precision").
+    ``backend`` (default: JAX's default backend), as measured (docs/precision.md).
 
-    Only true float32 products are exact: any rounding of a layer's input to fewer bits (TF32 on
-    GPUs, bfloat16 passes on TPUs, ``"bf16"`` everywhere) turns the last-bit differences that
-    float32 summation order leaves between ``f(g x)`` and ``g f(x)`` into whole low-precision
-    ulps wherever a value sits next to a rounding boundary; layer after layer these grow to about
-    1e-4 at the logits (measured on CPU with ``"bf16"`` as on GPUs with ``"default"``).
+    ``highest`` everywhere; ``default`` and ``exact_fast`` on CPU (float32 products); the
+    emulations of ``exact_fast`` (tested on CPU). ``exact_fast`` on GPUs and TPUs is exact by
+    the argument of docs/precision.md but not measured yet, so not promised here. ``bf16`` and
+    the emulated ``default@...`` never: rounding each layer's input breaks exactness.
     """
     check(name)
     backend = backend or jax.default_backend()
-    return name == "highest" or (name == "default" and backend == "cpu")
+    if name == "highest" or name.startswith("exact_fast@"):
+        return True
+    return name in ("default", "exact_fast") and backend == "cpu"
 
 
 def describe(name: str) -> dict:

@@ -23,10 +23,11 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def _pinned_precision(request):
     """Every test computes under invjax's exact precision (``P.EXACT``: float32 products on every
-    backend), so exactness bounds hold on GPUs too, where the default arithmetic is TF32; a test
-    marked ``@pytest.mark.precision(name)`` runs under ``name`` instead."""
+    backend), so exactness bounds hold on GPUs too, where the default arithmetic is TF32: layers
+    built without a ``precision`` follow JAX's default, pinned here; a test marked
+    ``@pytest.mark.precision(name)`` pins JAX's default closest to ``name`` instead."""
     marker = request.node.get_closest_marker("precision")
-    with P.scope(marker.args[0] if marker else P.EXACT):
+    with P.jax_default(marker.args[0] if marker else P.EXACT):
         yield
 
 

@@ -9,7 +9,14 @@ import subprocess
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "accelerator_check.sh"
-STEPS = ("pytest", "precision_layers", "precision_cifar10", "scale_lowering", "throughput")
+STEPS = (
+    "pytest",
+    "precision_layers",
+    "precision_svhn",
+    "precision_cifar10",
+    "scale_lowering",
+    "throughput",
+)
 
 
 def run(tmp_path, **env):

@@ -4,7 +4,6 @@ photos (SESN's relative squared error, bicubic resampling)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import chex
@@ -176,27 +175,26 @@ def test_scale_conv_cost_contract(scale_size, lowering):
             assert eq.invars[1].aval.shape == (5, 5, d_s * cin, cout)
 
 
-def test_auto_lowering_block_decides_auto_at_trace_time():
-    """``ops.auto_lowering`` makes ``'auto'`` layers of a whole network use the named lowering
-    (for benchmarks); an explicit lowering is kept; a bad name is rejected before tracing."""
-    x = jnp.zeros((1, 8, 8, 3, 2))
-    layer = L.ScaleConv(3)
-    v = layer.init(jax.random.PRNGKey(0), x)
+def test_network_scale_lowering_reaches_every_scale_layer():
+    """A WRN's ``scale_lowering`` field decides the lowering of all its scale convolutions (no
+    context: a network is built for one lowering); ``'auto'`` is the backend's choice; a bad
+    name is one error at construction."""
+    from invjax.models.wrn import WideResNet
+
+    x = jnp.zeros((1, 8, 8, 3))
     native = "per_scale" if jax.default_backend() in ("cpu", "gpu") else "grouped"
-    for block, explicit, expected in [
-        (None, "auto", native),
-        ("grouped", "auto", "grouped"),
-        ("per_scale", "auto", "per_scale"),
-        ("grouped", "per_scale", "per_scale"),
-    ]:
-        net = L.ScaleConv(3, lowering=explicit)
-        with ops.auto_lowering(block) if block else contextlib.nullcontext():
-            _, convs = _conv_eqns(jax.make_jaxpr(functools.partial(net.apply, v))(x))
-        assert len(convs) == (1 if expected == "grouped" else 3), (block, explicit)
-    assert ops.resolve_lowering("auto") == native  # the block is left behind
-    with pytest.raises(ValueError, match="lowering='fast' is unknown"):
-        with ops.auto_lowering("fast"):
-            pass
+    counts = {}
+    for lowering in ("auto", "grouped", "per_scale"):
+        net = WideResNet(
+            family="scale", depth=10, widen_factor=1, width_divisor=8.0, scale_lowering=lowering
+        )
+        v = jax.eval_shape(lambda n=net: n.init(jax.random.PRNGKey(0), x))
+        counts[lowering] = len(_conv_eqns(jax.make_jaxpr(net.apply)(v, x))[1])
+    assert counts["grouped"] < counts["per_scale"], counts
+    assert counts["auto"] == counts[native], counts
+    assert ops.resolve_lowering("auto") == native
+    with pytest.raises(ValueError, match="scale_lowering='fast' is unknown"):
+        WideResNet(family="scale", scale_lowering="fast")
 
 
 @pytest.mark.parametrize("scale_size,stride", [(1, 1), (1, 2), (2, 2), (3, 1)])

@@ -463,7 +463,7 @@ def part_equivariance(args, peer):
         for seed in range(args.seeds):
             # Exact float32 on any device (the peer turns TF32 off likewise): on a GPU the
             # default arithmetic would put ~1e-4 into the 90-degree row (README, "Precision and the guarantee").
-            with P.scope(P.EXACT):
+            with P.jax_default(P.EXACT):
                 vl = lift.init(jax.random.PRNGKey(2 * seed), batch[:1])
                 y1 = lift.apply(vl, batch)
                 vc = conv.init(jax.random.PRNGKey(2 * seed + 1), y1[:1])

@@ -137,7 +137,8 @@ def _collect(model, variables, shape) -> dict[str, dict[str, np.ndarray]]:
         found[key] = {n: np.asarray(a) for n, a in arrays.items()}
         return form[1](found[key], *args, **kwargs)
 
-    with P.scope(P.EXACT), nn.intercept_methods(intercept):
+    model = P.configure(model, P.EXACT, strict=False)
+    with P.jax_default(P.EXACT), nn.intercept_methods(intercept):
         model.apply(variables, jnp.zeros((1,) + shape, jnp.float32), train=False)
     return found
 
@@ -399,12 +400,14 @@ def export(
     (batch,) = jax.export.symbolic_shape("b")
     specs = {k: jax.ShapeDtypeStruct(a.shape, a.dtype) for k, a in arrays.items()}
     images = jax.ShapeDtypeStruct((batch,) + shape, jnp.dtype(input_dtype))
+    # invjax's layers take the precision as an attribute; others follow JAX's closest default.
+    traced = P.configure(model, precision, strict=False)
     forward = (
-        functools.partial(_forward, model)
+        functools.partial(_forward, traced)
         if normalise is None
-        else functools.partial(_normalised_forward, model, mean, std)
+        else functools.partial(_normalised_forward, traced, mean, std)
     )
-    with P.scope(precision):
+    with P.jax_default(precision):
         program = jax.export.export(
             jax.jit(forward), platforms=None if platforms is None else tuple(platforms)
         )(specs, images)

@@ -12,7 +12,8 @@ channels and ``B`` the basis size, which gives the expanded filter He-normal var
 Basis settings (``frequency_cutoff``, ``sigma``, ``rings``): those of
 :func:`invjax.bases.e2.transformed_basis`; the defaults are e2cnn's ``R2Conv`` defaults and
 :data:`invjax.bases.e2.E2CNN_EXPERIMENTS` are the values of e2cnn's experiments (the paper's
-configs). ``downsample``: the stride-2 rule of :func:`invjax.ops.conv.conv2d`.
+configs). ``downsample``: the stride-2 rule of :func:`invjax.ops.conv.conv2d`. ``precision``: the
+arithmetic of the convolutions and kernel expansions (:mod:`invjax.precision`; None: JAX's).
 
 Inference form (:mod:`invjax.export`): the convolutions and the BatchNorm define
 ``inference_arrays(x)`` (the expanded, box-folded kernel; the folded affine map) and
@@ -103,6 +104,7 @@ class E2LiftConv(nn.Module):
     sigma: float | tuple[float, ...] | None = None
     rings: tuple[float, ...] | None = None
     downsample: str = "symmetric"
+    precision: str | None = None
 
     basis = _steerable_basis
 
@@ -127,19 +129,23 @@ class E2LiftConv(nn.Module):
         phi = self.basis(g)
         nb = phi.shape[1]
         w = self.param("weight", _he(x.shape[-1], nb), (x.shape[-1], self.features, nb))
-        return fields.emit(ops.lift_conv(x, w, phi, self.stride, self.downsample), out)
+        return fields.emit(
+            ops.lift_conv(x, w, phi, self.stride, self.downsample, self.precision), out
+        )
 
     def inference_arrays(self, x):
         """``{'kernel': [k', k', Ci, features * |G|]}``: ``K = sum_b w_b Phi_b`` expanded once
         (:func:`invjax.ops.e2.expand_lift`), the stride-2 box folded in where
         :func:`invjax.ops.conv.conv2d` folds it on ``x`` (``k' = k + 1``), else ``k' = k``."""
         w = self.get_variable("params", "weight")
-        kernel = ops.expand_lift(w, self.basis(self.group))
+        kernel = ops.expand_lift(w, self.basis(self.group), self.precision)
         return {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
 
     def inference_call(self, arrays, x):
         """The layer from :meth:`inference_arrays`: one plain convolution."""
-        return conv2d(x, arrays["kernel"], self.stride, downsample=self.downsample)
+        return conv2d(
+            x, arrays["kernel"], self.stride, downsample=self.downsample, precision=self.precision
+        )
 
 
 class E2Conv(nn.Module):
@@ -159,6 +165,7 @@ class E2Conv(nn.Module):
     sigma: float | tuple[float, ...] | None = None
     rings: tuple[float, ...] | None = None
     downsample: str = "symmetric"
+    precision: str | None = None
 
     basis = _steerable_basis
 
@@ -185,9 +192,13 @@ class E2Conv(nn.Module):
         init = _he(ci * g.order, nb)
         if self.trivial_out:
             w = self.param("weight", init, (ci, self.features, nb))
-            return fields.emit(ops.trivial_conv(x, w, phi, self.stride, self.downsample), out)
+            return fields.emit(
+                ops.trivial_conv(x, w, phi, self.stride, self.downsample, self.precision), out
+            )
         w = self.param("weight", init, (ci, self.features, g.order, nb))
-        return fields.emit(ops.group_conv(x, w, phi, g, self.stride, self.downsample), out)
+        return fields.emit(
+            ops.group_conv(x, w, phi, g, self.stride, self.downsample, self.precision), out
+        )
 
     def inference_arrays(self, x):
         """``{'kernel': [k', k', Ci |G|, features * |G|]}`` (``[.., features]`` with
@@ -196,14 +207,19 @@ class E2Conv(nn.Module):
         g = self.group
         w = self.get_variable("params", "weight")
         phi = self.basis(g)
+        p = self.precision
         kernel = (
-            ops.expand_to_trivial(w, phi) if self.trivial_out else ops.expand_regular(w, phi, g)
+            ops.expand_to_trivial(w, phi, p)
+            if self.trivial_out
+            else ops.expand_regular(w, phi, g, p)
         )
         return {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
 
     def inference_call(self, arrays, x):
         """The layer from :meth:`inference_arrays`: one plain convolution."""
-        return conv2d(x, arrays["kernel"], self.stride, downsample=self.downsample)
+        return conv2d(
+            x, arrays["kernel"], self.stride, downsample=self.downsample, precision=self.precision
+        )
 
 
 class GroupPool(nn.Module):

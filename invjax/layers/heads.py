@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import flax.linen as nn
 import jax.numpy as jnp
 
+from invjax import precision as P
 from invjax.layers.ii import FEATURES_NAME
 
 STREAMS = ("e2", "scale", "std")
@@ -61,6 +62,7 @@ class StreamCombination(nn.Module):
 
     mode: str = "map_e2"
     map_features: int | None = None
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, features: Mapping):
@@ -93,7 +95,12 @@ class StreamCombination(nn.Module):
             if n == target:
                 mapped[n] = features[n]  # W_target fixed to the identity
             else:
-                mapped[n] = nn.Dense(c_map, use_bias=False, name=f"map_{n}")(features[n])
+                mapped[n] = nn.Dense(
+                    c_map,
+                    use_bias=False,
+                    dot_general=P.dense_dot_general(self.precision),
+                    name=f"map_{n}",
+                )(features[n])
         weights = {n: self.param(f"weight_{n}", nn.initializers.ones, (c_map,)) for n in names}
         total = sum(weights[n] for n in names)
         y = sum((weights[n] / total) * mapped[n] for n in names)
@@ -122,7 +129,7 @@ class StreamCombination(nn.Module):
         terms = []
         for n in ordered(features):
             if f"map_{n}" in arrays:
-                terms.append(features[n] @ arrays[f"map_{n}"])
+                terms.append(P.einsum("bc,cm->bm", features[n], arrays[f"map_{n}"], self.precision))
             else:
                 terms.append(features[n] * arrays[f"share_{n}"])
         return sum(terms)

@@ -48,6 +48,7 @@ import numpy as np
 from flax.core import freeze, unfreeze
 
 from invjax import groups as G
+from invjax import precision as P
 from invjax.ops import ii as ops
 
 MASK_COLLECTION = "ii_mask"
@@ -100,7 +101,7 @@ def _ws_ii(module: nn.Module, x, group: G.Group, interpolation: str):
         "reference": ops.ws_integrate_reference,
         "weight_map": ops.ws_integrate_weight_map,
     }[module.method]
-    y = fn(x, kernel.astype(x.dtype), group, interpolation)
+    y = fn(x, kernel.astype(x.dtype), group, interpolation, module.precision)
     module.sow("intermediates", FEATURES_NAME, y)
     return y
 
@@ -109,14 +110,15 @@ def _ws_inference_arrays(module: nn.Module, x, group: G.Group, interpolation: st
     """``{'kernel': [H W C_in, O]}``: the weight map of a WS layer on ``x``'s ``H x W`` grid,
     flattened (eq. 4, 5: ``A = sum_y x(y) M(y)``, ``M = 1/(UV) sum_t Kbar(y - t)`` with ``Kbar``
     the group-symmetrised kernel, :func:`invjax.ops.ii.ws_weight_map`)."""
-    kbar = ops.symmetrized_kernel(module.get_variable("params", "kernel"), group, interpolation)
-    m = ops.ws_weight_map(kbar, x.shape[1], x.shape[2])
+    p = module.precision
+    kbar = ops.symmetrized_kernel(module.get_variable("params", "kernel"), group, interpolation, p)
+    m = ops.ws_weight_map(kbar, x.shape[1], x.shape[2], p)
     return {"kernel": m.reshape(-1, m.shape[-1])}
 
 
-def _ws_inference_call(arrays, x):
+def _ws_inference_call(arrays, x, precision: str | None):
     """A WS layer from :func:`_ws_inference_arrays`: one dense layer on the flattened map."""
-    return x.reshape(x.shape[0], -1) @ arrays["kernel"]
+    return P.einsum("bn,no->bo", x.reshape(x.shape[0], -1), arrays["kernel"], precision)
 
 
 class E2InvariantIntegration(nn.Module):
@@ -137,6 +139,7 @@ class E2InvariantIntegration(nn.Module):
     interpolation: str = "bilinear"
     method: str = "fast"
     kernel_init: Callable = nn.initializers.lecun_normal()
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     def __post_init__(self):
         G.as_group_fields(self, "group")
@@ -158,7 +161,7 @@ class E2InvariantIntegration(nn.Module):
 
     def inference_call(self, arrays, x, train: bool = False):
         """``A = flatten(x) M``: ``[B, features]``."""
-        return _ws_inference_call(arrays, x)
+        return _ws_inference_call(arrays, x, self.precision)
 
 
 class RotationInvariantIntegration(nn.Module):
@@ -173,6 +176,7 @@ class RotationInvariantIntegration(nn.Module):
     interpolation: str = "bilinear"
     method: str = "fast"
     kernel_init: Callable = nn.initializers.lecun_normal()
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -186,7 +190,7 @@ class RotationInvariantIntegration(nn.Module):
 
     def inference_call(self, arrays, x, train: bool = False):
         """``A = flatten(x) M``: ``[B, features]``."""
-        return _ws_inference_call(arrays, x)
+        return _ws_inference_call(arrays, x, self.precision)
 
 
 class TranslationInvariantIntegration(nn.Module):
@@ -200,6 +204,7 @@ class TranslationInvariantIntegration(nn.Module):
     kernel_size: int = 3
     method: str = "fast"
     kernel_init: Callable = nn.initializers.lecun_normal()
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -212,7 +217,7 @@ class TranslationInvariantIntegration(nn.Module):
 
     def inference_call(self, arrays, x, train: bool = False):
         """``A = flatten(x) M``: ``[B, features]``."""
-        return _ws_inference_call(arrays, x)
+        return _ws_inference_call(arrays, x, self.precision)
 
 
 class ScaleInvariantIntegration(nn.Module):
@@ -231,6 +236,7 @@ class ScaleInvariantIntegration(nn.Module):
     epsilon: float = ops.DEFAULT_EPSILON
     method: str = "fast"
     kernel_init: Callable = nn.initializers.lecun_normal()
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -243,7 +249,7 @@ class ScaleInvariantIntegration(nn.Module):
         _check_input(x, owner)
         kernel = _ws_kernel(self, x, self.features, self.kernel_size, self.kernel_init)
         fn = ops.scale_ws_integrate if self.method == "fast" else ops.scale_ws_reference
-        y = fn(x, kernel.astype(x.dtype), self.epsilon)
+        y = fn(x, kernel.astype(x.dtype), self.epsilon, self.precision)
         self.sow("intermediates", FEATURES_NAME, y)
         return y
 
@@ -254,7 +260,7 @@ class ScaleInvariantIntegration(nn.Module):
     def inference_call(self, arrays, x, train: bool = False):
         """``A = flatten(x') M / mean(x')`` with ``x' = max(x, epsilon)``: ``[B, features]``."""
         xc = ops.clamp(x, self.epsilon)
-        return _ws_inference_call(arrays, xc) / xc.mean(axis=(1, 2, 3))[:, None]
+        return _ws_inference_call(arrays, xc, self.precision) / xc.mean(axis=(1, 2, 3))[:, None]
 
 
 class ScaleMonomialInvariantIntegration(nn.Module):
@@ -286,6 +292,7 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     method: str = "fast"
     placement: str = "neighbourhood"
     output: str = "ratio"
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     def pairs(self, n_channels: int) -> ops.MonomialPairs:
         return ops.draw_monomial_pairs(
@@ -313,9 +320,9 @@ class ScaleMonomialInvariantIntegration(nn.Module):
             MASK_COLLECTION, "mask", lambda: jnp.ones((self.n_pairs,), jnp.float32)
         )
         if self.method == "fast" and self.output == "log":
-            y = ops.scale_monomial_log_integrate(x, pairs, self.epsilon)
+            y = ops.scale_monomial_log_integrate(x, pairs, self.epsilon, self.precision)
         elif self.method == "fast":
-            y = ops.scale_monomial_integrate(x, pairs, self.epsilon)
+            y = ops.scale_monomial_integrate(x, pairs, self.epsilon, self.precision)
         else:
             y = ops.scale_monomial_reference(x, pairs, self.epsilon)
             y = jnp.log(y) if self.output == "log" else y
@@ -343,7 +350,7 @@ class ScaleMonomialInvariantIntegration(nn.Module):
         y = jnp.zeros((x.shape[0], self.n_pairs), x.dtype)
         if arrays["index"].shape[0] == 0:  # every pair pruned
             return y
-        a = ops.monomial_log_ratios(x, arrays["exponents"], self.epsilon)
+        a = ops.monomial_log_ratios(x, arrays["exponents"], self.epsilon, self.precision)
         a = a if self.output == "log" else jnp.exp(a)
         return y.at[:, arrays["index"]].set(a * arrays["weight"])
 

@@ -74,7 +74,7 @@ def _expanded_arrays(layer: nn.Module, x, expand) -> dict:
     once by ``expand`` (coefficients x basis), box-folded for ``x``'s grid, and its bias."""
     sc = scale_bases.check_arguments(layer.kernel_size, layer.effective_size, layer.scales)[2]
     psi = _basis(layer.basis, layer.kernel_size, layer.effective_size, sc, layer.base_sigma)
-    kernel = expand(layer.get_variable("params", "weight"), jnp.asarray(psi))
+    kernel = expand(layer.get_variable("params", "weight"), jnp.asarray(psi), layer.precision)
     out = {"kernel": inference_kernel(kernel, x.shape, layer.stride)}
     if layer.use_bias:
         out["bias"] = layer.get_variable("params", "bias")
@@ -95,6 +95,7 @@ class ScaleLiftConv(nn.Module):
     stride: int = 1
     use_bias: bool = False
     base_sigma: float | None = None  # Hermite only
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, x):
@@ -112,7 +113,7 @@ class ScaleLiftConv(nn.Module):
         psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
         cin = x.shape[-1]
         w = self.param("weight", he_coefficient_init(psi, cin), (cin, self.features, psi.shape[1]))
-        y = ops.scale_lift_conv(x, w, jnp.asarray(psi), self.stride)
+        y = ops.scale_lift_conv(x, w, jnp.asarray(psi), self.stride, self.precision)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y
@@ -125,7 +126,7 @@ class ScaleLiftConv(nn.Module):
 
     def inference_call(self, arrays, x):
         """The layer from :meth:`inference_arrays`: one convolution, ``[B, H', W', S, features]``."""
-        y = conv2d(x, arrays["kernel"], self.stride)
+        y = conv2d(x, arrays["kernel"], self.stride, precision=self.precision)
         y = y.reshape(y.shape[:3] + (len(self.scales), self.features))
         return y + arrays["bias"] if "bias" in arrays else y
 
@@ -150,6 +151,7 @@ class ScaleConv(nn.Module):
     use_bias: bool = False
     base_sigma: float | None = None
     lowering: str = "auto"
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, x):
@@ -182,7 +184,7 @@ class ScaleConv(nn.Module):
             he_coefficient_init(psi, cin * self.scale_size),
             (cin, self.features, self.scale_size, psi.shape[1]),
         )
-        y = ops.scale_conv(x, w, jnp.asarray(psi), self.stride, self.lowering)
+        y = ops.scale_conv(x, w, jnp.asarray(psi), self.stride, self.lowering, self.precision)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y
@@ -196,7 +198,9 @@ class ScaleConv(nn.Module):
     def inference_call(self, arrays, x):
         """The layer from :meth:`inference_arrays` (:func:`invjax.ops.scale.apply_scale_kernel`,
         the same lowering as the training form)."""
-        y = ops.apply_scale_kernel(x, arrays["kernel"], self.scale_size, self.stride, self.lowering)
+        y = ops.apply_scale_kernel(
+            x, arrays["kernel"], self.scale_size, self.stride, self.lowering, self.precision
+        )
         return y + arrays["bias"] if "bias" in arrays else y
 
 

@@ -32,6 +32,7 @@ class StdConv(nn.Module):
     use_bias: bool = False
     kernel_init: nn.initializers.Initializer = he_normal
     downsample: str = "symmetric"
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, x):
@@ -39,7 +40,7 @@ class StdConv(nn.Module):
             raise ValueError(f"StdConv: expected NHWC input [B, H, W, C], got shape {x.shape}")
         k = self.kernel_size
         kernel = self.param("kernel", self.kernel_init, (k, k, x.shape[-1], self.features))
-        y = conv2d(x, kernel, self.stride, downsample=self.downsample)
+        y = conv2d(x, kernel, self.stride, downsample=self.downsample, precision=self.precision)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y
@@ -55,7 +56,9 @@ class StdConv(nn.Module):
 
     def inference_call(self, arrays, x):
         """The layer from :meth:`inference_arrays`: one plain convolution."""
-        y = conv2d(x, arrays["kernel"], self.stride, downsample=self.downsample)
+        y = conv2d(
+            x, arrays["kernel"], self.stride, downsample=self.downsample, precision=self.precision
+        )
         return y + arrays["bias"] if "bias" in arrays else y
 
 

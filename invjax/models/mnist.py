@@ -47,6 +47,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from invjax import groups as G
+from invjax import precision as P
 from invjax.layers import ii as iil
 from invjax.models import register
 from invjax.models.common import StdConv, divide_width, upsample
@@ -103,6 +104,7 @@ class ScaledMNISTNet(nn.Module):
     prune_epochs: tuple[int, int] = PRUNE_EPOCHS
     width_divisor: float = 1.0
     use_bias: bool = True
+    precision: str | None = None  # arithmetic of every product (invjax.precision; None: JAX's)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -146,7 +148,13 @@ class ScaledMNISTNet(nn.Module):
 
     def _conv(self, features, lift, name):
         if self.family == "std":
-            return StdConv(features, self.kernel_size, use_bias=self.use_bias, name=name)
+            return StdConv(
+                features,
+                self.kernel_size,
+                use_bias=self.use_bias,
+                precision=self.precision,
+                name=name,
+            )
         from invjax.layers import scale as sl
 
         kw = dict(
@@ -155,6 +163,7 @@ class ScaledMNISTNet(nn.Module):
             scales=tuple(self.scales),
             basis=self.basis,
             use_bias=self.use_bias,
+            precision=self.precision,
             name=name,
         )
         return sl.ScaleLiftConv(features, **kw) if lift else sl.ScaleConv(features, 1, **kw)
@@ -175,13 +184,13 @@ class ScaledMNISTNet(nn.Module):
         feats = self._head(x, train, widths[2])
         if features_only:
             return feats
-        y = nn.Dense(divide_width(self.hidden, self.width_divisor), use_bias=False, name="fc1")(
-            feats
-        )
+        dot = P.dense_dot_general(self.precision)
+        hidden = divide_width(self.hidden, self.width_divisor)
+        y = nn.Dense(hidden, use_bias=False, dot_general=dot, name="fc1")(feats)
         y = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, name="bn_fc1")(y)
         y = nn.relu(y)
         y = nn.Dropout(self.dropout, deterministic=not train)(y)
-        return nn.Dense(self.num_classes, name="classifier")(y)
+        return nn.Dense(self.num_classes, dot_general=dot, name="classifier")(y)
 
     def on_epoch_end(self, variables, epochs_done: int, images):
         """The trainer's epoch-end call (:mod:`invjax.training.loop`): with the monomial head,
@@ -222,13 +231,16 @@ class ScaledMNISTNet(nn.Module):
         # Scale-II: BN -> ReLU -> max projection -> II (see the module docstring).
         y = nn.relu(self._project(self._bn("bn3")(x, train)))
         if self.head == "ii":
-            return iil.ScaleInvariantIntegration(c, self.ii_kernel_size, name="ii")(y, train)
+            return iil.ScaleInvariantIntegration(
+                c, self.ii_kernel_size, precision=self.precision, name="ii"
+            )(y, train)
         return iil.ScaleMonomialInvariantIntegration(
             self.n_pairs,
             kernel_size=self.ii_kernel_size,
             seed=self.monomial_seed,
             placement=self.monomial_placement,
             output=self.monomial_output,
+            precision=self.precision,
             name="ii",
         )(y, train)
 

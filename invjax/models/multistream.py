@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax
 
 from invjax import groups as G
+from invjax import precision as P
 from invjax.layers.heads import STREAMS, StreamCombination, check_mode
 from invjax.models import REGISTRY, register
 
@@ -51,6 +52,9 @@ class MultiStreamNetwork(nn.Module):
     map_features: int | None = None
     num_classes: int = 10
     freeze_streams: bool = False
+    # Arithmetic of the head and classifier (invjax.precision); invjax.precision.configure sets
+    # it here and in every stream.
+    precision: str | None = None
 
     def stream_names(self) -> tuple[str, ...]:
         return tuple(n for n in STREAMS if getattr(self, n) is not None)
@@ -70,10 +74,11 @@ class MultiStreamNetwork(nn.Module):
         if not names:
             raise ValueError("MultiStreamNetwork has no streams: give at least one of e2/scale/std")
         feats = self.stream_features(x, train)
-        y = StreamCombination(self.head, self.map_features, name="head")(feats)
+        y = StreamCombination(self.head, self.map_features, self.precision, name="head")(feats)
         if features_only:
             return y
-        return nn.Dense(self.num_classes, name="classifier")(y)
+        dot = P.dense_dot_general(self.precision)
+        return nn.Dense(self.num_classes, dot_general=dot, name="classifier")(y)
 
     def features(self, x, train: bool = False):
         return self(x, train, features_only=True)

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax.numpy as jnp
 
+from invjax import precision as P
 from invjax.models import register
+
+
+def _conv(lhs, rhs, window_strides, padding, *, mode, precision=None, **kwargs):
+    """``lax.conv_general_dilated`` for ``nn.Conv`` in invjax precision ``mode``."""
+    if precision is not None:
+        raise ValueError("SimpleCNN: the invjax precision decides the arithmetic")
+    return P.conv(lhs, rhs, mode, window_strides=window_strides, padding=padding, **kwargs)
 
 
 class SimpleCNN(nn.Module):
@@ -17,16 +27,22 @@ class SimpleCNN(nn.Module):
     num_classes: int = 10
     width: int = 8
     dropout: float = 0.0
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
+        conv = None
+        if self.precision is not None:
+            conv = functools.partial(_conv, mode=self.precision)
         for i, w in enumerate((self.width, 2 * self.width)):
-            x = nn.Conv(w, (3, 3), strides=(1 + i, 1 + i), use_bias=False)(x)
+            x = nn.Conv(
+                w, (3, 3), strides=(1 + i, 1 + i), use_bias=False, conv_general_dilated=conv
+            )(x)
             x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
             x = nn.relu(x)
         x = jnp.mean(x, axis=(1, 2))
         x = nn.Dropout(self.dropout, deterministic=not train)(x)
-        return nn.Dense(self.num_classes)(x)
+        return nn.Dense(self.num_classes, dot_general=P.dense_dot_general(self.precision))(x)
 
 
 @register("cnn")

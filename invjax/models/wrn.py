@@ -73,11 +73,13 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from invjax import groups as G
+from invjax import precision as P
 from invjax.layers import e2 as e2l
 from invjax.layers import ii as iil
 from invjax.models import register
 from invjax.models.common import StdConv, divide_width, e2_fields
 from invjax.ops.conv import check_downsample, conv2d, inference_kernel, max_pool2
+from invjax.ops.scale import LOWERINGS
 
 FAMILIES = ("std", "e2", "scale")
 HEADS = ("ii", "pool")
@@ -177,6 +179,7 @@ class ScalePointwiseConv(nn.Module):
     features: int
     stride: int = 1
     downsample: str = "symmetric"
+    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
 
     @nn.compact
     def __call__(self, x):
@@ -190,7 +193,7 @@ class ScalePointwiseConv(nn.Module):
     def _apply(self, x, kernel):
         b, h, w, s, c = x.shape
         y = jnp.moveaxis(x, 3, 1).reshape(b * s, h, w, c)
-        y = conv2d(y, kernel, self.stride, downsample=self.downsample)
+        y = conv2d(y, kernel, self.stride, downsample=self.downsample, precision=self.precision)
         y = y.reshape(b, s, y.shape[1], y.shape[2], self.features)
         return jnp.moveaxis(y, 1, 3)
 
@@ -217,6 +220,8 @@ class ConvSpec:
     downsample: str = "symmetric"
     e2_frequency_cutoff: float | None = None
     e2_sigma: float | None = None
+    precision: str | None = None
+    scale_lowering: str = "auto"
 
     def width(self, x, group) -> int:
         """Channels (std, scale) or fields (e2) of a feature map."""
@@ -247,12 +252,15 @@ class ConvSpec:
             frequency_cutoff=self.e2_frequency_cutoff,
             sigma=self.e2_sigma,
             downsample=self.downsample,
+            precision=self.precision,
         )
 
     def conv(self, features, stride, group, name, trivial_out=False, lift=False):
         """Stem (``lift``) or block convolution of the family."""
         if self.family == "std":
-            return StdConv(features, 3, stride, downsample=self.downsample, name=name)
+            return StdConv(
+                features, 3, stride, downsample=self.downsample, precision=self.precision, name=name
+            )
         if self.family == "e2":
             if lift:
                 return e2l.E2LiftConv(features, group, 5, stride, name=name, **self._e2())
@@ -274,11 +282,12 @@ class ConvSpec:
                 scales=tuple(self.scales),
                 basis=self.scale_basis,
                 stride=s,
+                precision=self.precision,
                 name=name,
             )
             if lift:
                 return sl.ScaleLiftConv(features, **common)
-            return sl.ScaleConv(features, scale_size=1, **common)
+            return sl.ScaleConv(features, scale_size=1, lowering=self.scale_lowering, **common)
 
         return self._pooled(make, stride)
 
@@ -298,12 +307,14 @@ class ConvSpec:
     def shortcut(self, features, stride, group, name, trivial_out=False):
         """1x1 projection shortcut of the family."""
         if self.family == "std":
-            return StdConv(features, 1, stride, downsample=self.downsample, name=name)
+            return StdConv(
+                features, 1, stride, downsample=self.downsample, precision=self.precision, name=name
+            )
         if self.family == "e2":
             return e2l.E2Conv(
                 features, group, 1, stride, trivial_out=trivial_out, name=name, **self._e2()
             )
-        return ScalePointwiseConv(features, stride, self.downsample, name=name)
+        return ScalePointwiseConv(features, stride, self.downsample, self.precision, name=name)
 
 
 class WRNBlock(nn.Module):
@@ -385,6 +396,10 @@ class WideResNet(nn.Module):
     e2_frequency_cutoff: float | None = None
     e2_sigma: float | None = None
     e2_out_width: str = "baseline"
+    # Arithmetic of every product (invjax.precision; None: JAX's default_matmul_precision) and
+    # how scale convolutions are lowered ('auto' | 'grouped' | 'per_scale'; same results).
+    precision: str | None = None
+    scale_lowering: str = "auto"
 
     def __post_init__(self):
         # Group names ('D8', from a config) become Group objects once, here; the layers take them.
@@ -409,6 +424,11 @@ class WideResNet(nn.Module):
         if self.e2_out_width not in E2_OUT_WIDTHS:
             raise ValueError(
                 f"WRN e2_out_width={self.e2_out_width!r} is unknown: choose one of {E2_OUT_WIDTHS}"
+            )
+        P.check(self.precision, "WRN precision", allow_none=True)
+        if self.scale_lowering not in LOWERINGS:
+            raise ValueError(
+                f"WRN scale_lowering={self.scale_lowering!r} is unknown: choose one of {LOWERINGS}"
             )
         if len(self.relift) != 3:
             raise ValueError(
@@ -447,6 +467,8 @@ class WideResNet(nn.Module):
             self.downsample_rule,
             self.e2_frequency_cutoff,
             self.e2_sigma,
+            self.precision,
+            self.scale_lowering,
         )
 
     def _check_input(self, x):
@@ -482,7 +504,8 @@ class WideResNet(nn.Module):
         feats = self._head(x, train)
         if features_only:
             return feats
-        return nn.Dense(self.num_classes, name="classifier")(feats)
+        dot = P.dense_dot_general(self.precision)
+        return nn.Dense(self.num_classes, dot_general=dot, name="classifier")(feats)
 
     def _head(self, x, train):
         c = x.shape[-1]
@@ -496,14 +519,15 @@ class WideResNet(nn.Module):
         k = self.ii_kernel_size
         if self.head == "pool":
             return iil.AveragePooling(name="pool")(x, train)
+        prec = self.precision
         if self.family == "std":
-            return iil.TranslationInvariantIntegration(c, k, name="ii")(x, train)
+            return iil.TranslationInvariantIntegration(c, k, precision=prec, name="ii")(x, train)
         if self.family == "e2":
             group = self.ii_group or self.groups[-1]
-            return iil.E2InvariantIntegration(c, group, k, self.ii_interpolation, name="ii")(
-                x, train
-            )
-        y = iil.ScaleInvariantIntegration(c, k, name="ii")(x, train)
+            return iil.E2InvariantIntegration(
+                c, group, k, self.ii_interpolation, precision=prec, name="ii"
+            )(x, train)
+        y = iil.ScaleInvariantIntegration(c, k, precision=prec, name="ii")(x, train)
         return nn.BatchNorm(
             use_running_average=not train,
             momentum=BN_MOMENTUM,
@@ -543,7 +567,9 @@ def from_config(config) -> WideResNet:
     """``config.model`` (name ``'wrn'``) -> :class:`WideResNet`; missing keys take the defaults.
 
     The config's group names (``groups``, ``ii_group``: ``'D8'`` ...) become :class:`Group`
-    objects once, when the network is constructed; every layer below takes those objects.
+    objects once, when the network is constructed; every layer below takes those objects. The
+    arithmetic is not read here: the trainer sets it per step (``config.precision``,
+    ``config.eval_precision``) with :func:`invjax.precision.configure`.
     """
     get = config.get
     kwargs = {}
@@ -569,6 +595,7 @@ def from_config(config) -> WideResNet:
         "e2_frequency_cutoff",
         "e2_sigma",
         "e2_out_width",
+        "scale_lowering",
     ):
         val = get(field, None)
         if val is not None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from invjax import precision
+from invjax import precision as precision_lib
 
 DIMENSION_NUMBERS = ("NHWC", "HWIO", "NHWC")
 DOWNSAMPLE_RULES = ("symmetric", "strided", "maxpool")
@@ -67,7 +67,14 @@ def inference_kernel(kernel, input_shape, stride: int, downsample: str = "symmet
     return fold_box(kernel) if folds_box(input_shape, stride, downsample) else kernel
 
 
-def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1, downsample: str = "symmetric"):
+def conv2d(
+    x,
+    kernel,
+    stride: int = 1,
+    feature_group_count: int = 1,
+    downsample: str = "symmetric",
+    precision: str | None = None,
+):
     """Grid-symmetric convolution of NHWC ``x`` with an HWIO ``kernel`` of odd size.
 
     Args:
@@ -77,6 +84,7 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1, downsample:
       stride: 1 (``SAME`` output ``H x W``) or 2 (output ``ceil(H/2) x ceil(W/2)``, see module doc).
       feature_group_count: as in ``lax.conv_general_dilated``.
       downsample: the stride-2 rule on even grids, one of :data:`DOWNSAMPLE_RULES`.
+      precision: the arithmetic of the products (:mod:`invjax.precision`; None: JAX's default).
     Returns:
       ``[B, H', W', O]``.
     """
@@ -104,17 +112,15 @@ def conv2d(x, kernel, stride: int = 1, feature_group_count: int = 1, downsample:
             kernel = fold_box(kernel)
         elif downsample == "maxpool":
             stride, pool = 1, True
-    # Mixed precision (invjax.precision "bf16"): round input and filter elementwise, which commutes
-    # with the grid permutations of 90-degree rotations and flips, and accumulate in float32.
-    dtype = precision.conv_dtype() or x.dtype
-    out_dtype = x.dtype if dtype == x.dtype else jnp.promote_types(x.dtype, jnp.float32)
-    y = lax.conv_general_dilated(
-        x.astype(dtype),
-        kernel.astype(dtype),
+    # Every mode rounds or splits input and filter elementwise, which commutes with the grid
+    # permutations of 90-degree rotations and flips (invjax.precision, docs/precision.md).
+    y = precision_lib.conv(
+        x,
+        kernel,
+        precision,
         window_strides=(stride, stride),
         padding=pads,
         dimension_numbers=DIMENSION_NUMBERS,
         feature_group_count=feature_group_count,
-        preferred_element_type=None if dtype == x.dtype else out_dtype,
     )
     return max_pool2(y) if pool else y

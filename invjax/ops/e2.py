@@ -20,7 +20,7 @@ them (tests/test_properties.py).
 
 Equivariance: with :func:`invjax.ops.conv.conv2d`, ``conv(L_u x) = L_u conv(x)`` for every ``u``
 that maps the pixel grid onto itself, to float32 rounding; for other angles the error is that of
-resampling the input.
+resampling the input. ``precision``: the arithmetic of every product (:mod:`invjax.precision`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import jax.numpy as jnp
 import numpy as np
 
+from invjax import precision as P
 from invjax.groups import Group, restriction_indices
 from invjax.ops.conv import conv2d
 
@@ -39,17 +40,20 @@ if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked i
 
 
 def expand_lift(
-    weight: Float[Array, "ci co b"], phi: Float[np.ndarray, "g b k k"]
+    weight: Float[Array, "ci co b"], phi: Float[np.ndarray, "g b k k"], precision: str | None = None
 ) -> Float[Array, "k k ci co*g"]:
     """``w [Ci, Co, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci, Co * G]``."""
     ci, co, _ = weight.shape
     g, _, k, _ = phi.shape
-    kern = jnp.einsum("iob,gbxy->xyiog", weight, jnp.asarray(phi, weight.dtype))
+    kern = P.einsum("iob,gbxy->xyiog", weight, jnp.asarray(phi, weight.dtype), precision)
     return kern.reshape(k, k, ci, co * g)
 
 
 def expand_regular(
-    weight: Float[Array, "ci co g b"], phi: Float[np.ndarray, "g b k k"], group: Group
+    weight: Float[Array, "ci co g b"],
+    phi: Float[np.ndarray, "g b k k"],
+    group: Group,
+    precision: str | None = None,
 ) -> Float[Array, "k k ci*g co*g"]:
     """``w [Ci, Co, G, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci * G, Co * G]``."""
     ci, co, g, _ = weight.shape
@@ -57,17 +61,17 @@ def expand_regular(
     # perm[g, h] = index of g^-1 h: the input group channel h of output g reads w[..., g^-1 h, :].
     perm = np.asarray(group.mul_table[group.inverse])
     w = weight[:, :, perm, :]  # [Ci, Co, G(out g), G(in h), B]
-    kern = jnp.einsum("iogpb,gbxy->xyipog", w, jnp.asarray(phi, weight.dtype))
+    kern = P.einsum("iogpb,gbxy->xyipog", w, jnp.asarray(phi, weight.dtype), precision)
     return kern.reshape(k, k, ci * g, co * g)
 
 
 def expand_to_trivial(
-    weight: Float[Array, "ci co b"], phi: Float[np.ndarray, "g b k k"]
+    weight: Float[Array, "ci co b"], phi: Float[np.ndarray, "g b k k"], precision: str | None = None
 ) -> Float[Array, "k k ci*g co"]:
     """``w [Ci, Co, B]``, ``Phi [G, B, K, K]`` -> HWIO kernel ``[K, K, Ci * G, Co]``."""
     ci, co, _ = weight.shape
     g, _, k, _ = phi.shape
-    kern = jnp.einsum("iob,hbxy->xyiho", weight, jnp.asarray(phi, weight.dtype))
+    kern = P.einsum("iob,hbxy->xyiho", weight, jnp.asarray(phi, weight.dtype), precision)
     return kern.reshape(k, k, ci * g, co)
 
 
@@ -77,9 +81,11 @@ def lift_conv(
     phi: Float[np.ndarray, "g b k k"],
     stride: int = 1,
     downsample: str = "symmetric",
+    precision: str | None = None,
 ) -> Float[Array, "n h2 w2 co*g"]:
     """Trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', Co * G]``."""
-    return conv2d(x, expand_lift(weight, phi), stride, downsample=downsample)
+    kernel = expand_lift(weight, phi, precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
 
 
 def group_conv(
@@ -89,9 +95,11 @@ def group_conv(
     group: Group,
     stride: int = 1,
     downsample: str = "symmetric",
+    precision: str | None = None,
 ) -> Float[Array, "n h2 w2 co*g"]:
     """Regular ``[B, H, W, Ci * G]`` -> regular ``[B, H', W', Co * G]``."""
-    return conv2d(x, expand_regular(weight, phi, group), stride, downsample=downsample)
+    kernel = expand_regular(weight, phi, group, precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
 
 
 def trivial_conv(
@@ -100,9 +108,11 @@ def trivial_conv(
     phi: Float[np.ndarray, "g b k k"],
     stride: int = 1,
     downsample: str = "symmetric",
+    precision: str | None = None,
 ) -> Float[Array, "n h2 w2 co"]:
     """Regular ``[B, H, W, Ci * G]`` -> trivial (invariant fields) ``[B, H', W', Co]``."""
-    return conv2d(x, expand_to_trivial(weight, phi), stride, downsample=downsample)
+    kernel = expand_to_trivial(weight, phi, precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
 
 
 def group_pool(

@@ -50,6 +50,7 @@ import numpy as np
 from jax import lax
 
 from invjax import groups as G
+from invjax import precision as P
 from invjax.ops.conv import conv2d
 
 DEFAULT_EPSILON = 1e-6
@@ -138,7 +139,9 @@ def group_average_operator(group: G.Group | None, kernel_size: int, interpolatio
     return np.mean(stack, axis=0).reshape(k * k, k * k).astype(np.float32)
 
 
-def symmetrized_kernel(kernel, group: G.Group | None, interpolation: str = "bilinear"):
+def symmetrized_kernel(
+    kernel, group: G.Group | None, interpolation: str = "bilinear", precision: str | None = None
+):
     """``Kbar = 1/|G| sum_g L_g psi``, ``[k, k, I, O]``, via :func:`group_average_operator`."""
     _check_kernel(kernel)
     _check_group(group)
@@ -147,7 +150,7 @@ def symmetrized_kernel(kernel, group: G.Group | None, interpolation: str = "bili
         return kernel
     op = jnp.asarray(group_average_operator(group, k, interpolation), kernel.dtype)
     flat = kernel.reshape(k * k, -1)
-    return (op @ flat).reshape(kernel.shape)
+    return P.einsum("pq,qn->pn", op, flat, precision).reshape(kernel.shape)
 
 
 # --------------------------------------------------------------------------- WS: eq. (4), (5)
@@ -170,7 +173,7 @@ def window_sums(x, kernel_size: int):
     return jnp.stack([rows[:, :, lo:hi].sum(axis=2) for lo, hi in spans(w)], axis=2)
 
 
-def ws_weight_map(kernel_bar, h: int, w: int):
+def ws_weight_map(kernel_bar, h: int, w: int, precision: str | None = None):
     """The weight map ``M(y) = 1/(UV) sum_t Kbar(y - t)``: ``[h, w, I, O]``.
 
     Computed as the transposed convolution of a ones image with ``Kbar`` (a correlation with the
@@ -180,10 +183,12 @@ def ws_weight_map(kernel_bar, h: int, w: int):
     k, _, i, o = kernel_bar.shape
     ones = jnp.ones((1, h, w, 1), kernel_bar.dtype)
     flipped = kernel_bar[::-1, ::-1].reshape(k, k, 1, i * o)
-    return conv2d(ones, flipped)[0].reshape(h, w, i, o) / (h * w)
+    return conv2d(ones, flipped, precision=precision)[0].reshape(h, w, i, o) / (h * w)
 
 
-def ws_integrate_reference(x, kernel, group=None, interpolation: str = "bilinear"):
+def ws_integrate_reference(
+    x, kernel, group=None, interpolation: str = "bilinear", precision: str | None = None
+):
     """Equations (4)/(5) as written: convolve with every ``L_g psi``, average over ``g`` and ``t``.
 
     Args:
@@ -198,34 +203,38 @@ def ws_integrate_reference(x, kernel, group=None, interpolation: str = "bilinear
     kernels = transformed_kernels(kernel, group, interpolation)
     total = 0.0
     for kg in kernels:  # a Python loop: the literal sum over g, one convolution each
-        total = total + conv2d(x, kg).mean(axis=(1, 2))
+        total = total + conv2d(x, kg, precision=precision).mean(axis=(1, 2))
     return total / kernels.shape[0]
 
 
-def ws_integrate(x, kernel, group=None, interpolation: str = "bilinear"):
+def ws_integrate(
+    x, kernel, group=None, interpolation: str = "bilinear", precision: str | None = None
+):
     """Fast equations (4)/(5): ``1/(UV) sum_d Kbar(d) S_d`` (module docstring). ``[B, C_out]``."""
     _check_features(x)
     _check_kernel(kernel, x)
     k = kernel.shape[0]
-    kbar = symmetrized_kernel(kernel, group, interpolation)
+    kbar = symmetrized_kernel(kernel, group, interpolation, precision)
     s = window_sums(x, k)
     h, w = x.shape[1], x.shape[2]
-    return jnp.einsum("bacn,acno->bo", s, kbar.astype(x.dtype)) / (h * w)
+    return P.einsum("bacn,acno->bo", s, kbar.astype(x.dtype), precision) / (h * w)
 
 
-def ws_integrate_weight_map(x, kernel, group=None, interpolation: str = "bilinear"):
+def ws_integrate_weight_map(
+    x, kernel, group=None, interpolation: str = "bilinear", precision: str | None = None
+):
     """Fast equations (4)/(5) in the literal weight-map form ``sum_y x(y) M(y)``. ``[B, C_out]``."""
     _check_features(x)
     _check_kernel(kernel, x)
-    kbar = symmetrized_kernel(kernel, group, interpolation)
-    m = ws_weight_map(kbar.astype(x.dtype), x.shape[1], x.shape[2])
-    return jnp.einsum("bhwn,hwno->bo", x, m)
+    kbar = symmetrized_kernel(kernel, group, interpolation, precision)
+    m = ws_weight_map(kbar.astype(x.dtype), x.shape[1], x.shape[2], precision)
+    return P.einsum("bhwn,hwno->bo", x, m, precision)
 
 
 # --------------------------------------------------------------------------- Scale-II WS: eq. (7)
 
 
-def scale_ws_reference(x, kernel, epsilon: float = DEFAULT_EPSILON):
+def scale_ws_reference(x, kernel, epsilon: float = DEFAULT_EPSILON, precision=None):
     """Equation (7) as written: translation-II (conv, then mean over ``t``) / mean of the input.
 
     The divisor is the mean over all positions *and all input channels* (each output channel of
@@ -236,16 +245,17 @@ def scale_ws_reference(x, kernel, epsilon: float = DEFAULT_EPSILON):
     _check_features(x)
     _check_kernel(kernel, x)
     xc = clamp(x, epsilon)
-    return conv2d(xc, kernel).mean(axis=(1, 2)) / xc.mean(axis=(1, 2, 3))[:, None]
+    num = conv2d(xc, kernel, precision=precision).mean(axis=(1, 2))
+    return num / xc.mean(axis=(1, 2, 3))[:, None]
 
 
-def scale_ws_integrate(x, kernel, epsilon: float = DEFAULT_EPSILON):
+def scale_ws_integrate(x, kernel, epsilon: float = DEFAULT_EPSILON, precision=None):
     """Fast equation (7): the translation-II numerator in window-sum form. ``[B, C_out]``."""
     epsilon = check_epsilon(epsilon)
     _check_features(x)
     _check_kernel(kernel, x)
     xc = clamp(x, epsilon)
-    return ws_integrate(xc, kernel) / xc.mean(axis=(1, 2, 3))[:, None]
+    return ws_integrate(xc, kernel, precision=precision) / xc.mean(axis=(1, 2, 3))[:, None]
 
 
 # --------------------------------------------------------------------------- Scale-II monomials
@@ -419,7 +429,9 @@ def scale_monomial_reference(x, pairs: MonomialPairs, epsilon: float = DEFAULT_E
     return jnp.stack(out, axis=-1)
 
 
-def scale_monomial_log_integrate(x, pairs: MonomialPairs, epsilon: float = DEFAULT_EPSILON):
+def scale_monomial_log_integrate(
+    x, pairs: MonomialPairs, epsilon: float = DEFAULT_EPSILON, precision: str | None = None
+):
     """Fast equation (6) in log space: ``log A = LSE_t log m_1(t) - LSE_t log m_2(t)``. ``[B, P]``.
 
     ``log m(t)`` for all monomials is one correlation of ``log max(x, eps)`` with the sparse
@@ -431,10 +443,10 @@ def scale_monomial_log_integrate(x, pairs: MonomialPairs, epsilon: float = DEFAU
     """
     epsilon = check_epsilon(epsilon)
     _check_features(x)
-    return monomial_log_ratios(x, pairs.exponent_kernel(x.shape[-1]), epsilon)
+    return monomial_log_ratios(x, pairs.exponent_kernel(x.shape[-1]), epsilon, precision)
 
 
-def monomial_log_ratios(x, exponents, epsilon: float = DEFAULT_EPSILON):
+def monomial_log_ratios(x, exponents, epsilon: float = DEFAULT_EPSILON, precision=None):
     """:func:`scale_monomial_log_integrate` for an exponent kernel ``[k, k, C, 2P]`` (columns
     ``2j``, ``2j + 1``: dividend and divisor of pair ``j``, e.g. only the unpruned pairs of
     :meth:`MonomialPairs.exponent_kernel`). ``[B, H, W, C] -> [B, P]``."""
@@ -443,14 +455,16 @@ def monomial_log_ratios(x, exponents, epsilon: float = DEFAULT_EPSILON):
     logx = jnp.log(clamp(x, epsilon))
     logx = jnp.pad(logx, ((0, 0), (p, p), (p, p), (0, 0)), constant_values=float(np.log(epsilon)))
     e = jnp.asarray(exponents, x.dtype)
-    logm = conv2d(logx, e)[:, p : p + h, p : p + w]  # [B, H, W, 2P]
+    logm = conv2d(logx, e, precision=precision)[:, p : p + h, p : p + w]  # [B, H, W, 2P]
     lse = jax.nn.logsumexp(logm, axis=(1, 2)).reshape(x.shape[0], e.shape[-1] // 2, 2)
     return lse[..., 0] - lse[..., 1]
 
 
-def scale_monomial_integrate(x, pairs: MonomialPairs, epsilon: float = DEFAULT_EPSILON):
+def scale_monomial_integrate(
+    x, pairs: MonomialPairs, epsilon: float = DEFAULT_EPSILON, precision: str | None = None
+):
     """Fast equation (6): ``exp`` of :func:`scale_monomial_log_integrate`. ``[B, P]``."""
-    return jnp.exp(scale_monomial_log_integrate(x, pairs, epsilon))
+    return jnp.exp(scale_monomial_log_integrate(x, pairs, epsilon, precision))
 
 
 MONOMIAL_OUTPUTS = ("ratio", "log")

@@ -21,13 +21,12 @@ Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
+from invjax import precision as P
 from invjax.ops.conv import conv2d
 
 if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked in the tests
@@ -44,33 +43,12 @@ LOWERINGS = ("auto", "grouped", "per_scale")
 PER_SCALE_BACKENDS = ("cpu", "gpu")
 
 
-_AUTO = contextvars.ContextVar("invjax_scale_auto_lowering", default="auto")
-
-
-@contextlib.contextmanager
-def auto_lowering(lowering: str):
-    """Within the block, ``lowering='auto'`` means ``lowering`` (for code traced in the block).
-
-    Lets a whole network built with the default ``'auto'`` be compared under both lowerings
-    (``benchmarks/throughput.py --scale-lowering``) without changing its modules or parameters.
-    """
-    if lowering not in LOWERINGS:
-        raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
-    token = _AUTO.set(lowering)
-    try:
-        yield
-    finally:
-        _AUTO.reset(token)
-
-
 def resolve_lowering(lowering: str) -> str:
-    """``'grouped'`` or ``'per_scale'``: ``lowering`` itself, or for ``'auto'`` the choice of an
-    enclosing :func:`auto_lowering` block, else the choice for ``jax.default_backend()``
-    (``'per_scale'`` on CPU and GPU, ``'grouped'`` elsewhere). Called at trace time."""
+    """``'grouped'`` or ``'per_scale'``: ``lowering`` itself, or for ``'auto'`` the choice for
+    ``jax.default_backend()`` (``'per_scale'`` on CPU and GPU, ``'grouped'`` elsewhere). A
+    network chooses for all its scale layers with its ``scale_lowering`` field."""
     if lowering not in LOWERINGS:
         raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
-    if lowering == "auto":
-        lowering = _AUTO.get()
     if lowering == "auto":
         return "per_scale" if jax.default_backend() in PER_SCALE_BACKENDS else "grouped"
     return lowering
@@ -86,12 +64,12 @@ def _check_basis(basis, n_funcs: int, where: str):
         )
 
 
-def expand_lift_kernel(weight, basis):
+def expand_lift_kernel(weight, basis, precision: str | None = None):
     """``[Cin, Cout, F]`` x ``[S, F, k, k]`` -> HWIO ``[k, k, Cin, S * Cout]`` (scale-major outputs)."""
     _check_basis(basis, weight.shape[-1], "expand_lift_kernel")
     S, _, k, _ = basis.shape
     cin, cout = weight.shape[:2]
-    kern = jnp.einsum("iof,sfhw->hwiso", weight, basis.astype(weight.dtype))
+    kern = P.einsum("iof,sfhw->hwiso", weight, basis.astype(weight.dtype), precision)
     return kern.reshape(k, k, cin, S * cout)
 
 
@@ -100,6 +78,7 @@ def scale_lift_conv(
     weight: Float[Array, "ci co f"],
     basis: Float[Array, "s f k k"],
     stride: int = 1,
+    precision: str | None = None,
 ) -> Float[Array, "n h2 w2 s co"]:
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, Cout]``.
 
@@ -108,6 +87,7 @@ def scale_lift_conv(
       weight: ``[Cin, Cout, F]`` coefficients.
       basis: ``[S, F, k, k]``.
       stride: 1 or 2 (:func:`conv2d`'s grid-symmetric rule).
+      precision: the arithmetic of the products (:mod:`invjax.precision`).
     """
     if x.ndim != 4 or weight.ndim != 3 or x.shape[-1] != weight.shape[0]:
         raise ValueError(
@@ -115,11 +95,11 @@ def scale_lift_conv(
             "x [B, H, W, Cin] and weight [Cin, Cout, F]"
         )
     S = basis.shape[0]
-    y = conv2d(x, expand_lift_kernel(weight, basis), stride)
+    y = conv2d(x, expand_lift_kernel(weight, basis, precision), stride, precision=precision)
     return y.reshape(y.shape[:3] + (S, weight.shape[1]))
 
 
-def expand_scale_kernel(weight, basis):
+def expand_scale_kernel(weight, basis, precision: str | None = None):
     """``[Cin, Cout, D, F]`` x ``[S, F, k, k]`` -> HWIO ``[k, k, D * Cin, S * Cout]``.
 
     Grouped layout for ``feature_group_count = S``: group ``s`` reads input channels
@@ -128,7 +108,7 @@ def expand_scale_kernel(weight, basis):
     _check_basis(basis, weight.shape[-1], "expand_scale_kernel")
     S, _, k, _ = basis.shape
     cin, cout, D = weight.shape[:3]
-    kern = jnp.einsum("iodf,sfhw->hwdiso", weight, basis.astype(weight.dtype))
+    kern = P.einsum("iodf,sfhw->hwdiso", weight, basis.astype(weight.dtype), precision)
     return kern.reshape(k, k, D * cin, S * cout)
 
 
@@ -143,7 +123,9 @@ def stack_scale_neighbours(x, scale_size: int):
     return xp[:, :, :, idx, :].reshape(B, H, W, S * scale_size * C)
 
 
-def scale_conv(x, weight, basis, stride: int = 1, lowering: str = "auto"):
+def scale_conv(
+    x, weight, basis, stride: int = 1, lowering: str = "auto", precision: str | None = None
+):
     """Scale-to-scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, Cout]``.
 
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` with the filter expanded at
@@ -164,6 +146,7 @@ def scale_conv(x, weight, basis, stride: int = 1, lowering: str = "auto"):
       basis: ``[S, F, k, k]`` with the same ``S`` as ``x``.
       stride: 1 or 2.
       lowering: ``'auto'``, ``'grouped'`` or ``'per_scale'``.
+      precision: the arithmetic of the products (:mod:`invjax.precision`).
     """
     if x.ndim != 5 or weight.ndim != 4 or x.shape[-1] != weight.shape[0]:
         raise ValueError(
@@ -180,10 +163,13 @@ def scale_conv(x, weight, basis, stride: int = 1, lowering: str = "auto"):
         lowering = resolve_lowering(lowering)
     except ValueError as e:
         raise ValueError(f"scale_conv: {e}") from None
-    return apply_scale_kernel(x, expand_scale_kernel(weight, basis), D, stride, lowering)
+    kern = expand_scale_kernel(weight, basis, precision)
+    return apply_scale_kernel(x, kern, D, stride, lowering, precision)
 
 
-def apply_scale_kernel(x, kern, scale_size: int, stride: int = 1, lowering: str = "grouped"):
+def apply_scale_kernel(
+    x, kern, scale_size: int, stride: int = 1, lowering: str = "grouped", precision=None
+):
     """The convolution of :func:`scale_conv` with its expanded kernel ``kern [k, k, D * Cin,
     S * Cout]`` (:func:`expand_scale_kernel`, or box-folded by
     :func:`invjax.ops.conv.inference_kernel`): ``[B, H, W, S, Cin] -> [B, H', W', S, Cout]``."""
@@ -191,7 +177,7 @@ def apply_scale_kernel(x, kern, scale_size: int, stride: int = 1, lowering: str 
     cout = kern.shape[-1] // S
     lowering = resolve_lowering(lowering)
     if lowering == "grouped":
-        y = conv2d(stack_scale_neighbours(x, D), kern, stride, S)
+        y = conv2d(stack_scale_neighbours(x, D), kern, stride, S, precision=precision)
         return y.reshape(y.shape[:3] + (S, cout))
     k = kern.shape[0]
     kern = kern.reshape(k, k, D, cin, S, cout)
@@ -200,7 +186,8 @@ def apply_scale_kernel(x, kern, scale_size: int, stride: int = 1, lowering: str 
     for s in range(S):
         d_s = min(D, S - s)
         xs = x[:, :, :, s : s + d_s].reshape(B, H, W, d_s * cin)  # channel (d, i), d-major
-        outs.append(conv2d(xs, kern[:, :, :d_s, :, s].reshape(k, k, d_s * cin, cout), stride))
+        kern_s = kern[:, :, :d_s, :, s].reshape(k, k, d_s * cin, cout)
+        outs.append(conv2d(xs, kern_s, stride, precision=precision))
     return jnp.stack(outs, axis=3)
 
 

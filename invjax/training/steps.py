@@ -11,7 +11,6 @@ Frozen BatchNorm statistics are the model's business: it runs frozen parts with 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -28,21 +27,6 @@ from invjax.training.state import TrainState
 
 def cross_entropy(logits, labels):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-
-
-def in_precision(fn: Callable, name: str) -> Callable:
-    """``fn`` called, and so traced and compiled, under invjax precision ``name``.
-
-    JAX keys its compilation cache on the matmul precision, so each call must be inside the
-    scope: a call outside it would trace the function again with the backend's default.
-    """
-
-    @functools.wraps(fn)
-    def call(*args):
-        with P.scope(name):
-            return fn(*args)
-
-    return call
 
 
 def _stats(x):
@@ -160,19 +144,23 @@ def jit_steps(model, tx, augment: str, mesh, precision: str, eval_precision: str
     images a run trains on (a single run's steps used to hold ``mean``/``std`` as constants):
     one compilation serves every model of a ``--config.seeds`` command, and JAX's persistent
     compilation cache serves runs of other seeds and realisations. State and statistics
-    replicated, batches sharded (:mod:`invjax.parallel`); each runs under its precision.
+    replicated, batches sharded (:mod:`invjax.parallel`). Each step closes over the network
+    configured for its arithmetic (:func:`invjax.precision.configure`): the precision is part of
+    the traced function, not of the calling context.
     """
+    train_model = P.configure(model, precision)
+    eval_model = P.configure(model, eval_precision)
 
     def train(state, images, labels, mean, std):
-        return make_train_step(model, tx, augment, mean, std)(state, images, labels)
+        return make_train_step(train_model, tx, augment, mean, std)(state, images, labels)
 
     def evaluate(variables, images, labels, mask, mean, std):
-        return make_eval_step(model, mean, std)(variables, images, labels, mask)
+        return make_eval_step(eval_model, mean, std)(variables, images, labels, mask)
 
     rep, bat = parallel.replicated(mesh), parallel.batch_sharding(mesh)
     train_jit = jax.jit(train, in_shardings=(rep, bat, bat, rep, rep), out_shardings=(rep, rep))
     eval_jit = jax.jit(evaluate, in_shardings=(rep, bat, bat, bat, rep, rep), out_shardings=rep)
-    return in_precision(train_jit, precision), in_precision(eval_jit, eval_precision), train
+    return train_jit, eval_jit, train
 
 
 def with_stats(train, evaluate, mean, std, mesh):
