@@ -51,19 +51,22 @@ def deltas(features):
 
 
 def settings(quick: bool):
+    """The grid: the old ``pairs`` layer (the README's earlier row), then ``channels`` with every
+    divisor x epsilon x largest exponent x factors x output (``quick``: fewer)."""
+    base = dict(layout="pairs", divisor="random", epsilon=1e-6, max_exponent=2, n_factors=3)
+    for output in ("ratio", "log"):
+        yield {**base, "output": output, "normalise": False}
     grid = dict(
-        layout=("pairs", "channels"),
+        layout=("channels",),
         divisor=("random", "power"),
-        epsilon=(1e-6, 1e-3, 1e-2),
+        epsilon=(1e-6, 1e-2) if quick else (1e-6, 1e-3, 1e-2),
         max_exponent=(2, 1),
+        n_factors=(3,) if quick else (3, 2),
         output=("ratio", "log"),
-        normalise=(False, True),
+        normalise=(False,) if quick else (False, True),
     )
-    if quick:
-        grid.update(epsilon=(1e-6, 1e-2), max_exponent=(2,), normalise=(False,))
-    keys = list(grid)
     for values in itertools.product(*grid.values()):
-        yield dict(zip(keys, values))
+        yield dict(zip(grid, values))
 
 
 def main(argv=None):
@@ -86,6 +89,7 @@ def main(argv=None):
                 divisor=s["divisor"],
                 epsilon=s["epsilon"],
                 max_exponent=s["max_exponent"],
+                n_factors=s["n_factors"],
                 output=s["output"],
             )
             z = xs / xs.mean(axis=(2, 3, 4), keepdims=True) if s["normalise"] else xs

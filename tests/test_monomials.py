@@ -116,34 +116,35 @@ def _tiny_net(**kw):
 def test_pruning_schedule_keeps_one_feature_per_channel():
     """25 -> 12 -> 5 pairs after prune_epochs; fc1 reads C features throughout, and the pruned
     pairs no longer enter them."""
-    x, _, _ = scaled_digits(8, 1)
-    x = jnp.asarray(x)
-    net = _tiny_net(prune_epochs=(2, 4))
+    x, _, _ = scaled_digits(6, 1)
+    x = jnp.asarray(x[:, 4:24, 4:24])  # the 20 x 20 box of the digits
+    net = _tiny_net(widths=(4, 4, 6), hidden=8, prune_epochs=(2, 4))
     v = net.init(KEY, x[:2])
-    assert v["params"]["fc1"]["kernel"].shape == (12, 16)  # C = 12 -> hidden
+    assert v["params"]["fc1"]["kernel"].shape == (6, 8)  # C = 6 -> hidden
     masks = []
     for epoch in range(1, 6):
         v = net.on_epoch_end(v, epoch, x)
         masks.append(int(v["ii_mask"]["ii"]["mask"].sum()))
-        assert net.apply(v, x, features_only=True).shape == (8, 12)
     assert masks == [25, PRUNING_KEEP[0], PRUNING_KEEP[0], PRUNING_KEEP[1], PRUNING_KEEP[1]]
-    _, state = net.apply(v, x, features_only=True, mutable=["intermediates"])
+    feats, state = net.apply(v, x, features_only=True, mutable=["intermediates"])
+    assert feats.shape == (6, 6)
     terms = np.asarray(L.sown_features(state["intermediates"], L.TERMS_NAME)[("ii",)])
     dead = np.asarray(v["ii_mask"]["ii"]["mask"]) == 0
-    assert terms.shape == (8, 12, 25) and np.all(terms[..., dead] == 0)
+    assert terms.shape == (6, 6, 25) and np.all(terms[..., dead] == 0)
+    # each feature is the mean of its channel's 5 active terms
+    np.testing.assert_allclose(np.asarray(feats), terms.sum(-1) / 5, rtol=1e-5, atol=1e-6)
     assert np.all(np.abs(terms[..., ~dead]).sum((0, 1)) > 0)
 
 
 def test_monomial_network_learns_on_a_small_split():
-    """About 100 steps on 200 scaled digits: far below chance (90%) on 300 held-out digits."""
-    from invjax.data.digits import scaled_digits as sd
-
-    images, labels, _ = sd(500, 3)
-    mean, std = images[:200].mean(), images[:200].std()
-    norm = (images - mean) / std
+    """80 steps on 200 scaled digits (20 x 20 boxes, the configs' head: per channel, log A, BN
+    after II): far below chance (90%) on 300 held-out digits."""
+    images, labels, _ = scaled_digits(500, 3)
+    images = images[:, 4:24, 4:24]
+    norm = (images - images[:200].mean()) / images[:200].std()
     x, y = jnp.asarray(norm[:200]), jnp.asarray(labels[:200])
     xt, yt = jnp.asarray(norm[200:]), np.asarray(labels[200:])
-    net = _tiny_net(monomial_divisor="power", ii_batchnorm=True)
+    net = _tiny_net(widths=(4, 8, 8), ii_batchnorm=True)
     v = net.init(KEY, x[:2])
     params, stats, mask = v["params"], v["batch_stats"], v["ii_mask"]
     tx = optax.adam(1e-2)
@@ -167,10 +168,10 @@ def test_monomial_network_learns_on_a_small_split():
         return optax.apply_updates(params, updates), stats, opt
 
     rng, key = np.random.default_rng(0), jax.random.PRNGKey(1)
-    for _ in range(100):
-        idx = rng.choice(len(x), 50, replace=False)
+    for _ in range(80):
+        idx = rng.choice(len(x), 32, replace=False)
         key, k = jax.random.split(key)
         params, stats, opt = step(params, stats, opt, x[idx], y[idx], k)
     logits = net.apply({"params": params, "batch_stats": stats, "ii_mask": mask}, xt)
     error = 100.0 * float(np.mean(np.asarray(logits).argmax(-1) != yt))
-    assert error < 50.0, error  # chance: 90%
+    assert error < 60.0, error  # chance: 90%
