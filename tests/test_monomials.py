@@ -137,14 +137,13 @@ def test_pruning_schedule_keeps_one_feature_per_channel():
 
 
 def test_monomial_network_learns_on_a_small_split():
-    """80 steps on 200 scaled digits (20 x 20 boxes, the configs' head: per channel, log A, BN
-    after II): far below chance (90%) on 300 held-out digits."""
+    """100 steps on 200 scaled digits (the configs' head: per channel, log A, BN after II): far
+    below chance (90%) on 300 held-out digits."""
     images, labels, _ = scaled_digits(500, 3)
-    images = images[:, 4:24, 4:24]
     norm = (images - images[:200].mean()) / images[:200].std()
     x, y = jnp.asarray(norm[:200]), jnp.asarray(labels[:200])
     xt, yt = jnp.asarray(norm[200:]), np.asarray(labels[200:])
-    net = _tiny_net(widths=(4, 8, 8), ii_batchnorm=True)
+    net = _tiny_net(ii_batchnorm=True, dropout=0.0)
     v = net.init(KEY, x[:2])
     params, stats, mask = v["params"], v["batch_stats"], v["ii_mask"]
     tx = optax.adam(1e-2)
@@ -168,10 +167,10 @@ def test_monomial_network_learns_on_a_small_split():
         return optax.apply_updates(params, updates), stats, opt
 
     rng, key = np.random.default_rng(0), jax.random.PRNGKey(1)
-    for _ in range(80):
+    for _ in range(100):
         idx = rng.choice(len(x), 32, replace=False)
         key, k = jax.random.split(key)
         params, stats, opt = step(params, stats, opt, x[idx], y[idx], k)
     logits = net.apply({"params": params, "batch_stats": stats, "ii_mask": mask}, xt)
     error = 100.0 * float(np.mean(np.asarray(logits).argmax(-1) != yt))
-    assert error < 60.0, error  # chance: 90%
+    assert error < 70.0, error  # chance: 90%; measured 57.0%
