@@ -19,8 +19,10 @@ DISCO                     ``basis='disco'``, average pooling between layers, hea
                           (:class:`~invjax.layers.ii.MixedPooling`, DISCO's code)
 II-DISCO WS               ``head='ii'``: conv3 -> BN -> ReLU -> max projection -> Scale-II WS
                           (eq. 7, ``k = 3``, 95 -> 95), max pooling (Table 7)
-II-DISCO monomials        ``head='ii_monomials'``: Scale-II with 25 monomial pairs (eq. 6),
-                          pruned to 12 and 5 during training (``on_epoch_end``)
+II-DISCO monomials        ``head='ii_monomials'``: Scale-II with monomials (eq. 6) on each
+                          channel's map, 95 -> 95 (Table 7; ``monomial_layout='channels'``),
+                          25 shared pairs pruned to 12 and 5 during training (``on_epoch_end``);
+                          ``ii_batchnorm`` adds BatchNorm after the II layer
 ========================  ==================================================================
 
 Choices and discrepancies (documented, not hidden):
@@ -37,7 +39,7 @@ Choices and discrepancies (documented, not hidden):
 * Pooling between layers: max (SESN, CNN and Table 7) or average (DISCO's code): ``spatial_pool``.
 
 Shapes: ``[B, 28, 28, 1] -> [B, 10]``; ``features``: ``[B, F]`` (``F = 380`` for the pooling heads,
-95 for Scale-II WS, 25 for the monomials).
+95 for Scale-II WS and the per-channel monomials, ``n_pairs`` for ``monomial_layout='pairs'``).
 """
 
 from __future__ import annotations
