@@ -188,7 +188,7 @@ def test_monomial_pruning_at_the_papers_fractions_of_training(epochs, want, tmp_
 
 
 def _study_monomial_net(output: str):
-    """The study's ``scale_iimono_disco`` network (its config and ``_MONO``), ``output`` forced."""
+    """The study's ``scale_iimono_disco`` network (its config and overrides), ``output`` forced."""
     from invjax import models
 
     stem, overrides = study["FAMILIES"]["scale_iimono_disco"]

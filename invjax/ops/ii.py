@@ -513,7 +513,7 @@ than for ``A`` (``tests/test_ii_layers.py``: 0.017 / 0.139 against 1.1e-3 / 2.1e
 photos, still below average pooling's 0.227). It is what a network should read.
 
 The ratios of order-``n`` monomials of clamped ReLU outputs spread over many decades across
-images: the study's Scaled-MNIST network (``launch/study.py``, ``_MONO``) on 64
+images: the study's Scaled-MNIST network (then without upsampling, pairs layout) on 64
 scaled digits at initialisation, inference mode, spans a median 8.1 decades per pair (largest
 value 3e25), and every unit of the dense layer reading them is dominated by one image (its
 largest standardised value over the batch is the median 7.9 = sqrt(63), one outlier in 64).
