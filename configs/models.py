@@ -232,6 +232,7 @@ def mnist(variant: str = "ii_disco_ws"):
     elif variant == "ii_disco_monomials_pointwise":
         c = mnist("ii_disco_monomials")
         c.monomial_placement = "pointwise"  # factors at one position: exactly scale-invariant
+        c.monomial_layout = "pairs"  # across channels (on one channel a pointwise pair is 1)
     else:
         raise ValueError(
             f"Scaled-MNIST variant {variant!r} is unknown: choose one of {MNIST_VARIANTS}"

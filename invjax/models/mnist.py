@@ -138,6 +138,11 @@ class ScaledMNISTNet(nn.Module):
                     f"mnist monomial_layout={self.monomial_layout!r} is unknown: choose one of "
                     f"{iil.MONOMIAL_LAYOUTS}"
                 )
+            if self.monomial_layout == "channels" and self.monomial_placement == "pointwise":
+                raise ValueError(
+                    "mnist monomial_placement='pointwise' needs monomial_layout='pairs': on one "
+                    "channel's map every pointwise pair of equal orders is the constant 1"
+                )
             e = tuple(self.prune_epochs)
             if len(e) != 2 or not all(isinstance(v, int) for v in e) or not 1 <= e[0] < e[1]:
                 raise ValueError(
