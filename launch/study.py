@@ -13,8 +13,8 @@ non-invariant anchors), the WRN10-1 of the digits configs as ``wrn_std``, ``e2_p
 ``e2_ii`` (D4, D4, D1 steerable; head pooling or E(2)-II), ``scale_pool_disco``,
 ``scale_pool_hermite``, ``scale_iiws_disco``, ``scale_iiws_hermite`` (scale convolutions with
 DISCO or Hermite bases; pooling or Scale-II WS), ``scale_iimono_disco`` and
-``scale_iimono_hermite`` (the Scaled-MNIST network of ``configs/mnist_ii_disco_monomials.py``
-with Scale-II monomials, widths reduced), and the two-phase ``dual`` (E(2) + Scale) and
+``scale_iimono_hermite`` (the Scaled-MNIST network with Scale-II monomials at the digits' size,
+``configs/digits_monomials.py``), and the two-phase ``dual`` (E(2) + Scale) and
 ``triple`` (+ standard) networks, whose phase 1 reuses the ``e2_ii``, ``scale_iiws_disco`` and
 ``wrn_std`` runs of the same point.
 
@@ -62,32 +62,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sweep = runpy.run_path(str(REPO / "launch" / "sweep.py"), run_name="study_sweep")
 
-from invjax.groups import DEFAULT_SCALES  # noqa: E402
-
 DATASETS = ("scaled_digits", "rotscaled_digits")
 N_ALL = 1079  # the digits' training split
-# The Scaled-MNIST network at the WRN scale stream's basis settings (28 x 28 input, kernel 5,
-# effective size 3, scales 1, 1.41, 2) and small widths: with its own (x2 upsampling, kernel 15,
-# 4 scales) two optimiser steps took over 4 minutes on the shared 2-core machine, 20 s with these.
-_MONO = {
-    "model.widths": (8, 16, 24),
-    "model.hidden": 32,
-    "model.upsample": "none",
-    "model.kernel_size": 5,
-    "model.effective_size": 3,
-    "model.scales": DEFAULT_SCALES,
-    # Table 6's BatchNorm decay 5e-4 (momentum 0.9995) leaves the running statistics 90% at their
-    # initial values after 200 steps: measured 89.97% test error (chance) at N_t = 100 with it.
-    # 0.99 alone did not help (89.42% / 89.97%, DISCO / Hermite): the cause was eq. 6's ratio,
-    # whose spread over decades makes fc1 read one image per batch; the config now has the network
-    # read log A (model.monomial_output, invjax.ops.ii.MONOMIAL_OUTPUTS): 78.83% / 81.06%.
-    "model.bn_momentum": 0.99,
-    # model.prune_epochs is set per run by prune_epochs(). Learning rate 1e-3 and dropout 0.7 stay
-    # Table 6's (each config's own HPs), though tuned for 60 epochs at hidden 256 they learn slowly
-    # here: at N_t = 100, seed 0, 3e-3 / 0.1 measured 55.15% (monomials) and 38.72% (the WS head
-    # of this network), against 82.17% and 66.57% with Table 6's.
-}
-MONO_STEM = "mnist_ii_disco_monomials"
+# The monomial network's settings (sizes, x2 upsampling, recipe): configs/digits_monomials.py.
+MONO_STEM = "digits_monomials"
 PAPER_EPOCHS, PAPER_PRUNE_EPOCHS = 60, (5, 10)
 # family -> (config stem, overrides); None = the RBF-SVM (no network).
 FAMILIES: dict[str, tuple[str, dict] | None] = {
@@ -100,8 +78,8 @@ FAMILIES: dict[str, tuple[str, dict] | None] = {
     "scale_pool_hermite": ("digits_scale", {"model.head": "pool", "model.scale_basis": "hermite"}),
     "scale_iiws_disco": ("digits_scale", {}),
     "scale_iiws_hermite": ("digits_scale", {"model.scale_basis": "hermite"}),
-    "scale_iimono_disco": ("mnist_ii_disco_monomials", dict(_MONO)),
-    "scale_iimono_hermite": ("mnist_ii_disco_monomials", {**_MONO, "model.basis": "hermite"}),
+    "scale_iimono_disco": (MONO_STEM, {}),
+    "scale_iimono_hermite": (MONO_STEM, {"model.basis": "hermite"}),
     "dual": ("digits_dual", {}),
     "triple": ("digits_triple", {}),
 }

@@ -46,7 +46,9 @@ def test_parameter_counts_match_sesn():
     assert counts[3] == 494_549 - 380 * 256 + 95 * 256 + 9 * 95 * 95
     mono = abstract_variables(ScaledMNISTNet(head="ii_monomials"), shape)
     chex.assert_shape(mono["ii_mask"]["ii"]["mask"], (25,))
-    chex.assert_shape(mono["params"]["fc1"]["kernel"], (25, 256))
+    # Table 7: "Scale-II 95 -> 95, Dense1 95 -> 256", one invariant per channel
+    chex.assert_shape(mono["params"]["fc1"]["kernel"], (95, 256))
+    assert count_params(mono["params"]) == 494_549 - 380 * 256 + 95 * 256
 
 
 # Measured (tiny widths 4/4/4, two digits, s in {0.5, ..., 0.9}): Scale-II WS 7.9e-4 / 3.1e-3;

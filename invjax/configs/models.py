@@ -220,11 +220,19 @@ def mnist(variant: str = "ii_disco_ws"):
         c.family, c.basis, c.head, c.spatial_pool = "scale", "disco", "ii_monomials", "max"
         c.ii_kernel_size = 3
         c.n_pairs = 25  # pruned to 12 and 5 after 5 and 10 epochs
+        # Table 7 ("Scale-II 95 -> 95"): eq. 6 on each channel's map, one feature per channel
+        # (docs/monomials.md: the reading and the alternatives measured)
+        c.monomial_layout = "channels"
+        c.monomial_divisor = "random"
+        c.monomial_max_exponent = 2
+        c.ii_epsilon = 1e-6
+        c.ii_batchnorm = False
         c.dropout = 0.7  # Table 6
         c.bn_momentum = 0.9995  # Table 6: BatchNorm decay 5e-4
     elif variant == "ii_disco_monomials_pointwise":
         c = mnist("ii_disco_monomials")
         c.monomial_placement = "pointwise"  # factors at one position: exactly scale-invariant
+        c.monomial_layout = "pairs"  # across channels (on one channel a pointwise pair is 1)
     else:
         raise ValueError(
             f"Scaled-MNIST variant {variant!r} is unknown: choose one of {MNIST_VARIANTS}"

@@ -53,6 +53,8 @@ from invjax.ops import ii as ops
 
 MASK_COLLECTION = "ii_mask"
 FEATURES_NAME = "invariant_features"
+TERMS_NAME = "monomial_terms"
+MONOMIAL_LAYOUTS = ("pairs", "channels")
 
 _METHODS = ("fast", "reference", "weight_map")
 
@@ -280,7 +282,17 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     is, per pair ``A``'s relative change otherwise; what a following dense layer can learn from,
     see :data:`invjax.ops.ii.MONOMIAL_OUTPUTS`). Pruned pairs output 0 either way.
 
-    Shapes: ``[B, H, W, C_in] -> [B, n_pairs]``.
+    ``layout``: ``'pairs'`` (default): ``n_pairs`` pairs whose factors read any channel, one
+    feature per pair, ``[B, H, W, C_in] -> [B, n_pairs]``. ``'channels'`` (Table 7's
+    "Scale-II 95 -> 95"): eq. (6) as written, a monomial of one map, applied to each channel's
+    map with ``n_pairs`` one-channel pairs shared by all channels; channel ``c``'s feature is the
+    mean over the active pairs ``j`` of its ``log A_cj`` (``A_cj`` for ``output='ratio'``),
+    ``[B, H, W, C_in] -> [B, C_in]``, and pruning removes pairs from every channel's mean
+    (``docs/monomials.md``). The per-pair terms ``[B, C_in, n_pairs]`` are sown as
+    ``intermediates/.../monomial_terms`` for the pruning's relevance.
+
+    ``divisor``: ``'random'`` or ``'power'`` (``x_c(t)^K``,
+    :data:`invjax.ops.ii.MONOMIAL_DIVISORS`).
     """
 
     n_pairs: int = 25
@@ -293,17 +305,36 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     placement: str = "neighbourhood"
     output: str = "ratio"
     precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    layout: str = "pairs"
+    divisor: str = "random"
 
     def pairs(self, n_channels: int) -> ops.MonomialPairs:
+        """The pairs this layer draws for ``n_channels`` inputs (one-channel pairs for
+        ``layout='channels'``, whatever ``n_channels``)."""
         return ops.draw_monomial_pairs(
             self.n_pairs,
-            n_channels,
+            1 if self.layout == "channels" else n_channels,
             self.n_factors,
             self.kernel_size,
             self.max_exponent,
             self.seed,
             self.placement,
+            self.divisor,
         )
+
+    def _channels(self, x, pairs, mask):
+        """``layout='channels'``: ``[B, C]`` masked means of the ``[B, C, P]`` per-pair terms."""
+        if self.method == "fast":
+            terms = ops.channel_monomial_log_ratios(
+                x, pairs.exponent_kernel(1).astype(np.float32), self.epsilon, self.precision
+            )
+            terms = terms if self.output == "log" else jnp.exp(terms)
+        else:
+            terms = ops.scale_monomial_channel_reference(x, pairs, self.epsilon)
+            terms = jnp.log(terms) if self.output == "log" else terms
+        terms = terms * mask.astype(terms.dtype)
+        self.sow("intermediates", TERMS_NAME, terms)
+        return terms.sum(-1) / jnp.maximum(mask.sum(), 1.0).astype(terms.dtype)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -314,11 +345,19 @@ class ScaleMonomialInvariantIntegration(nn.Module):
         _check_method(self.method, owner, ("fast", "reference"))
         ops.check_epsilon(self.epsilon)
         ops.check_monomial_output(self.output)
+        if self.layout not in MONOMIAL_LAYOUTS:
+            raise ValueError(
+                f"{owner}: layout={self.layout!r} is unknown: choose one of {MONOMIAL_LAYOUTS}"
+            )
         _check_input(x, owner)
         pairs = self.pairs(int(x.shape[-1]))
         mask = self.variable(
             MASK_COLLECTION, "mask", lambda: jnp.ones((self.n_pairs,), jnp.float32)
         )
+        if self.layout == "channels":
+            y = self._channels(x, pairs, mask.value)
+            self.sow("intermediates", FEATURES_NAME, y)
+            return y
         if self.method == "fast" and self.output == "log":
             y = ops.scale_monomial_log_integrate(x, pairs, self.epsilon, self.precision)
         elif self.method == "fast":
@@ -337,8 +376,9 @@ class ScaleMonomialInvariantIntegration(nn.Module):
         mask = np.asarray(self.get_variable(MASK_COLLECTION, "mask"))
         active = np.flatnonzero(mask != 0)
         cols = np.stack([2 * active, 2 * active + 1], axis=-1).reshape(-1)
+        n_in = 1 if self.layout == "channels" else x.shape[-1]
         return {
-            "exponents": self.pairs(int(x.shape[-1])).exponent_kernel(x.shape[-1])[..., cols],
+            "exponents": self.pairs(int(x.shape[-1])).exponent_kernel(n_in)[..., cols],
             "index": active.astype(np.int32),
             "weight": mask[active].astype(np.float32),
         }
@@ -346,7 +386,17 @@ class ScaleMonomialInvariantIntegration(nn.Module):
     def inference_call(self, arrays, x, train: bool = False):
         """The active pairs' ``log A`` (:func:`invjax.ops.ii.monomial_log_ratios`; ``exp`` of it
         for ``output='ratio'``) scattered into ``[B, n_pairs]``; pruned pairs stay 0 as in the
-        training form."""
+        training form. ``layout='channels'``: the active pairs' weighted mean per channel,
+        ``[B, C]``."""
+        if self.layout == "channels":
+            w = arrays["weight"]
+            if w.shape[0] == 0:
+                return jnp.zeros((x.shape[0], x.shape[-1]), x.dtype)
+            a = ops.channel_monomial_log_ratios(
+                x, arrays["exponents"], self.epsilon, self.precision
+            )
+            a = a if self.output == "log" else jnp.exp(a)
+            return (a * w).sum(-1) / jnp.maximum(w.sum(), 1.0)
         y = jnp.zeros((x.shape[0], self.n_pairs), x.dtype)
         if arrays["index"].shape[0] == 0:  # every pair pruned
             return y
@@ -409,21 +459,28 @@ def monomial_relevance(features, next_kernel=None):
     """Relevance ``[P]`` of monomial pairs: ``std_batch(features) * ||next_kernel rows||_2``.
 
     Args:
-      features: ``[B, P]`` outputs of a :class:`ScaleMonomialInvariantIntegration` on a batch.
-      next_kernel: ``[P, D]`` kernel of the dense layer reading them, or ``None`` (std only).
+      features: ``[B, P]`` outputs of a :class:`ScaleMonomialInvariantIntegration` on a batch
+        (``layout='pairs'``), or its per-pair terms ``[B, C, P]`` (``layout='channels'``: pair
+        ``j`` enters feature ``c`` of every channel, so its relevance is
+        ``sum_c std_batch(terms[:, c, j]) * ||next_kernel[c]||_2``).
+      next_kernel: ``[P, D]`` (``[C, D]`` for terms) kernel of the dense layer reading them, or
+        ``None`` (std only).
     """
     features = jnp.asarray(features)
-    if features.ndim != 2:
-        raise ValueError(f"monomial features have shape {features.shape}: expected [B, P]")
-    rel = jnp.std(features, axis=0)
+    if features.ndim not in (2, 3):
+        raise ValueError(
+            f"monomial features have shape {features.shape}: expected [B, P] or terms [B, C, P]"
+        )
+    rel = jnp.std(features, axis=0)  # [P] or [C, P]
     if next_kernel is not None:
         next_kernel = jnp.asarray(next_kernel)
         if next_kernel.ndim != 2 or next_kernel.shape[0] != features.shape[1]:
             raise ValueError(
-                f"next_kernel has shape {next_kernel.shape}: expected [P={features.shape[1]}, D]"
+                f"next_kernel has shape {next_kernel.shape}: expected [{features.shape[1]}, D]"
             )
-        rel = rel * jnp.linalg.norm(next_kernel, axis=1)
-    return rel
+        norms = jnp.linalg.norm(next_kernel, axis=1)
+        rel = rel * (norms if features.ndim == 2 else norms[:, None])
+    return rel if features.ndim == 2 else rel.sum(axis=0)
 
 
 def prune_mask(mask, relevance, keep: int) -> np.ndarray:
@@ -502,13 +559,14 @@ def prune_monomials(variables, relevance, keep: int):
     return freeze(out) if frozen else out
 
 
-def sown_features(intermediates) -> dict:
-    """``{layer path tuple: [B, F]}`` of the ``invariant_features`` sown in ``intermediates``."""
+def sown_features(intermediates, name: str = FEATURES_NAME) -> dict:
+    """``{layer path tuple: [B, F]}`` of the ``invariant_features`` sown in ``intermediates``
+    (or of another sown ``name``, e.g. :data:`TERMS_NAME`)."""
     found = {}
 
     def walk(tree, path):
         for key, val in tree.items():
-            if key == FEATURES_NAME:
+            if key == name:
                 found[path] = val[-1] if isinstance(val, tuple | list) else val
             elif hasattr(val, "items"):
                 walk(val, path + (key,))
@@ -540,7 +598,10 @@ def measured_relevance(
       The relevance per layer path, as :func:`prune_monomials` takes it.
     """
     apply_kwargs.setdefault("train", False)
-    feats = collect_invariant_features(apply_fn, variables, images, **apply_kwargs)
+    _, state = apply_fn(variables, images, mutable=["intermediates"], **apply_kwargs)
+    inter = state.get("intermediates", {})
+    # per-channel layers rank their pairs by the sown per-pair terms [B, C, P]
+    feats = {**sown_features(inter), **sown_features(inter, TERMS_NAME)}
     kernels = next_kernels or {}
     relevance = {}
     for path in _mask_paths(variables):

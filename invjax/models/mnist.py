@@ -19,8 +19,10 @@ DISCO                     ``basis='disco'``, average pooling between layers, hea
                           (:class:`~invjax.layers.ii.MixedPooling`, DISCO's code)
 II-DISCO WS               ``head='ii'``: conv3 -> BN -> ReLU -> max projection -> Scale-II WS
                           (eq. 7, ``k = 3``, 95 -> 95), max pooling (Table 7)
-II-DISCO monomials        ``head='ii_monomials'``: Scale-II with 25 monomial pairs (eq. 6),
-                          pruned to 12 and 5 during training (``on_epoch_end``)
+II-DISCO monomials        ``head='ii_monomials'``: Scale-II with monomials (eq. 6) on each
+                          channel's map, 95 -> 95 (Table 7; ``monomial_layout='channels'``),
+                          25 shared pairs pruned to 12 and 5 during training (``on_epoch_end``);
+                          ``ii_batchnorm`` adds BatchNorm after the II layer
 ========================  ==================================================================
 
 Choices and discrepancies (documented, not hidden):
@@ -37,7 +39,7 @@ Choices and discrepancies (documented, not hidden):
 * Pooling between layers: max (SESN, CNN and Table 7) or average (DISCO's code): ``spatial_pool``.
 
 Shapes: ``[B, 28, 28, 1] -> [B, 10]``; ``features``: ``[B, F]`` (``F = 380`` for the pooling heads,
-95 for Scale-II WS, 25 for the monomials).
+95 for Scale-II WS and the per-channel monomials, ``n_pairs`` for ``monomial_layout='pairs'``).
 """
 
 from __future__ import annotations
@@ -100,6 +102,13 @@ class ScaledMNISTNet(nn.Module):
     monomial_seed: int = 0
     monomial_placement: str = "neighbourhood"  # or "pointwise" (exactly scale-invariant, eq. 6)
     monomial_output: str = "ratio"  # or "log": log A, what fc1 can learn from (ops.ii docstring)
+    # Table 7's "Scale-II 95 -> 95": eq. 6 per channel, one feature per channel ("channels"), or
+    # one feature per pair of factors across channels ("pairs"); docs/monomials.md
+    monomial_layout: str = "channels"
+    monomial_divisor: str = "random"  # or "power": x_c(t)^K (ops.ii.MONOMIAL_DIVISORS)
+    monomial_max_exponent: int = 2
+    ii_epsilon: float = iil.ops.DEFAULT_EPSILON
+    ii_batchnorm: bool = False  # BatchNorm after the II layer (the paper's Scale-II WRNs)
     # epochs after which the monomials are pruned to PRUNING_KEEP pairs (paper: PRUNE_EPOCHS)
     prune_epochs: tuple[int, int] = PRUNE_EPOCHS
     width_divisor: float = 1.0
@@ -126,6 +135,16 @@ class ScaledMNISTNet(nn.Module):
             raise ValueError(f"mnist widths={self.widths!r}: give three channel counts")
         if self.head == "ii_monomials":
             iil.ops.check_monomial_output(self.monomial_output)
+            if self.monomial_layout not in iil.MONOMIAL_LAYOUTS:
+                raise ValueError(
+                    f"mnist monomial_layout={self.monomial_layout!r} is unknown: choose one of "
+                    f"{iil.MONOMIAL_LAYOUTS}"
+                )
+            if self.monomial_layout == "channels" and self.monomial_placement == "pointwise":
+                raise ValueError(
+                    "mnist monomial_placement='pointwise' needs monomial_layout='pairs': on one "
+                    "channel's map every pointwise pair of equal orders is the constant 1"
+                )
             e = tuple(self.prune_epochs)
             if len(e) != 2 or not all(isinstance(v, int) for v in e) or not 1 <= e[0] < e[1]:
                 raise ValueError(
@@ -231,18 +250,32 @@ class ScaledMNISTNet(nn.Module):
         # Scale-II: BN -> ReLU -> max projection -> II (see the module docstring).
         y = nn.relu(self._project(self._bn("bn3")(x, train)))
         if self.head == "ii":
-            return iil.ScaleInvariantIntegration(
+            y = iil.ScaleInvariantIntegration(
                 c, self.ii_kernel_size, precision=self.precision, name="ii"
             )(y, train)
-        return iil.ScaleMonomialInvariantIntegration(
+            if self.ii_batchnorm:
+                y = nn.BatchNorm(
+                    use_running_average=not train, momentum=self.bn_momentum, name="bn_ii"
+                )(y)
+            return y
+        y = iil.ScaleMonomialInvariantIntegration(
             self.n_pairs,
             kernel_size=self.ii_kernel_size,
+            max_exponent=self.monomial_max_exponent,
+            epsilon=self.ii_epsilon,
             seed=self.monomial_seed,
             placement=self.monomial_placement,
             output=self.monomial_output,
             precision=self.precision,
+            layout=self.monomial_layout,
+            divisor=self.monomial_divisor,
             name="ii",
         )(y, train)
+        if self.ii_batchnorm:
+            y = nn.BatchNorm(
+                use_running_average=not train, momentum=self.bn_momentum, name="bn_ii"
+            )(y)
+        return y
 
     def features(self, x, train: bool = False):
         return self(x, train, features_only=True)
@@ -266,6 +299,11 @@ _FIELDS = (
     "monomial_seed",
     "monomial_placement",
     "monomial_output",
+    "monomial_layout",
+    "monomial_divisor",
+    "monomial_max_exponent",
+    "ii_epsilon",
+    "ii_batchnorm",
     "prune_epochs",
     "width_divisor",
     "use_bias",

@@ -327,6 +327,14 @@ def _degenerate_pair(channels, offsets, exponents) -> bool:
 
 
 MONOMIAL_PLACEMENTS = ("neighbourhood", "pointwise")
+MONOMIAL_DIVISORS = ("random", "power")
+"""How a pair's divisor ``m_2`` is drawn: ``'random'`` like the dividend (channels, offsets and
+exponents, then normalised to the dividend's order), or ``'power'``: ``x_c(t)^K``, the dividend's
+first channel at one position raised to the dividend's order ``K`` (eq. 6's exponent
+normalisation applied to a one-factor divisor). On one channel Hoelder's inequality bounds the
+``'power'`` ratio, ``sum_t prod_i x(t + o_i)^b_i <= sum_t x(t)^K`` (up to the border), so
+``A <= 1``; its divisor is positive wherever the map is, the largest support a monomial of order
+``K`` can have."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -338,6 +346,7 @@ def draw_monomial_pairs(
     max_exponent: int = 2,
     seed: int = 0,
     placement: str = "neighbourhood",
+    divisor: str = "random",
 ) -> MonomialPairs:
     """Draw ``n_pairs`` random monomial pairs of ``n_factors`` factors each (Section 4.3).
 
@@ -360,9 +369,14 @@ def draw_monomial_pairs(
     with offsets ``d_i`` the substitution turns them into ``d_i / s`` instead, a different
     monomial. On the pixel grid only the resampling of ``x`` (and the border) remains. With one
     channel and equal orders every pointwise pair is the constant 1 (``ValueError``).
+
+    ``divisor``: see :data:`MONOMIAL_DIVISORS` (``'power'`` keeps the random draw of the dividend
+    and replaces the divisor by ``x_c(t)^K``, stored as ``n_factors`` factors ``x_c(t)^(K / M)``).
     """
     if placement not in MONOMIAL_PLACEMENTS:
         raise ValueError(f"placement={placement!r} is unknown: choose one of {MONOMIAL_PLACEMENTS}")
+    if divisor not in MONOMIAL_DIVISORS:
+        raise ValueError(f"divisor={divisor!r} is unknown: choose one of {MONOMIAL_DIVISORS}")
     for name, v, lo in (
         ("n_pairs", n_pairs, 1),
         ("n_channels", n_channels, 1),
@@ -383,6 +397,10 @@ def draw_monomial_pairs(
         off = rng.integers(-p, p + 1, size=(n, 2, n_factors, 2))
         ex = rng.integers(1, max_exponent + 1, size=(n, 2, n_factors)).astype(np.float64)
         ex[:, 1] *= ex[:, 0].sum(-1, keepdims=True) / ex[:, 1].sum(-1, keepdims=True)
+        if divisor == "power":  # x_c(t)^K: the dividend's first channel, offset 0, order K
+            ch[:, 1] = ch[:, 0, :1]
+            off[:, 1] = 0
+            ex[:, 1] = ex[:, 0].sum(-1, keepdims=True) / n_factors
         return ch, off, ex
 
     channels, offsets, exponents = draw(n_pairs)
@@ -460,6 +478,40 @@ def monomial_log_ratios(x, exponents, epsilon: float = DEFAULT_EPSILON, precisio
     return lse[..., 0] - lse[..., 1]
 
 
+def channel_monomial_log_ratios(
+    x, exponents, epsilon: float = DEFAULT_EPSILON, precision: str | None = None
+):
+    """Eq. (6) on every channel's map separately, in log space: ``[B, H, W, C] -> [B, C, P]``.
+
+    ``exponents``: ``[k, k, 1, 2P]``, the exponent kernel of ``P`` one-channel pairs
+    (:meth:`MonomialPairs.exponent_kernel` with ``n_channels=1``). Entry ``[b, c, j]`` is
+    ``log (sum_t m_1j(x_c)(t) / sum_t m_2j(x_c)(t))``: eq. (6) as written, a monomial of one map
+    ``x`` with offsets ``d_i`` and no channel index, applied to channel ``c``'s map. The channels
+    move into the batch and :func:`monomial_log_ratios` runs once on ``[B C, H, W, 1]``.
+    """
+    _check_features(x)
+    if exponents.ndim != 4 or exponents.shape[2] != 1 or exponents.shape[-1] % 2:
+        raise ValueError(
+            f"exponents have shape {exponents.shape}: expected one-channel pairs [k, k, 1, 2P]"
+        )
+    b, h, w, c = x.shape
+    flat = jnp.moveaxis(x, -1, 1).reshape(b * c, h, w, 1)
+    return monomial_log_ratios(flat, exponents, epsilon, precision).reshape(b, c, -1)
+
+
+def scale_monomial_channel_reference(x, pairs: MonomialPairs, epsilon: float = DEFAULT_EPSILON):
+    """:func:`channel_monomial_log_ratios` as written: :func:`scale_monomial_reference` (the
+    products, then the sums, then the ratio) on each channel's map. ``[B, C, P]``, the ratio
+    ``A`` (not its log)."""
+    if np.any(pairs.channels != 0):
+        raise ValueError("per-channel monomials are one-channel pairs: draw them with n_channels=1")
+    _check_features(x)
+    return jnp.stack(
+        [scale_monomial_reference(x[..., c : c + 1], pairs, epsilon) for c in range(x.shape[-1])],
+        axis=1,
+    )
+
+
 def scale_monomial_integrate(
     x, pairs: MonomialPairs, epsilon: float = DEFAULT_EPSILON, precision: str | None = None
 ):
@@ -477,7 +529,7 @@ than for ``A`` (``tests/test_ii_layers.py``: 0.017 / 0.139 against 1.1e-3 / 2.1e
 photos, still below average pooling's 0.227). It is what a network should read.
 
 The ratios of order-``n`` monomials of clamped ReLU outputs spread over many decades across
-images: the study's Scaled-MNIST network (``launch/study.py``, ``_MONO``) on 64
+images: the study's Scaled-MNIST network (then without upsampling, pairs layout) on 64
 scaled digits at initialisation, inference mode, spans a median 8.1 decades per pair (largest
 value 3e25), and every unit of the dense layer reading them is dominated by one image (its
 largest standardised value over the batch is the median 7.9 = sqrt(63), one outlier in 64).
