@@ -45,7 +45,7 @@ from invjax.training import loop as loop_lib
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
 from invjax.training.signals import Interrupted, Stopped, StopRequest
-from invjax.training.steps import batch_indices, jit_steps, with_stats
+from invjax.training.steps import batch_indices, jit_steps, under_precision, with_stats
 
 MODEL_AXIS = "model"
 STRATEGIES = ("loop", "vmap")
@@ -111,7 +111,7 @@ class SharedSteps:
             step = jax.jit(
                 jax.vmap(self._train), in_shardings=(m, mb, mb, m, m), out_shardings=(m, m)
             )
-            self._vmapped[num_models] = (step, mesh)
+            self._vmapped[num_models] = (under_precision(step, self.exp.precision), mesh)
         return self._vmapped[num_models]
 
 

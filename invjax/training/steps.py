@@ -148,8 +148,10 @@ def jit_steps(model, tx, augment: str, mesh, precision: str, eval_precision: str
     configured for its arithmetic (:func:`invjax.precision.configure`): the precision is part of
     the traced function, not of the calling context.
     """
-    train_model = P.configure(model, precision)
-    eval_model = P.configure(model, eval_precision)
+    # A network without invjax's precision field (a user's own module) follows JAX's closest
+    # default instead, set around every call (JAX keys its compilation cache on it).
+    train_model = P.configure(model, precision, strict=False)
+    eval_model = P.configure(model, eval_precision, strict=False)
 
     def train(state, images, labels, mean, std):
         return make_train_step(train_model, tx, augment, mean, std)(state, images, labels)
@@ -160,7 +162,18 @@ def jit_steps(model, tx, augment: str, mesh, precision: str, eval_precision: str
     rep, bat = parallel.replicated(mesh), parallel.batch_sharding(mesh)
     train_jit = jax.jit(train, in_shardings=(rep, bat, bat, rep, rep), out_shardings=(rep, rep))
     eval_jit = jax.jit(evaluate, in_shardings=(rep, bat, bat, bat, rep, rep), out_shardings=rep)
-    return train_jit, eval_jit, train
+    return under_precision(train_jit, precision), under_precision(eval_jit, eval_precision), train
+
+
+def under_precision(fn: Callable, name: str) -> Callable:
+    """``fn`` called (so traced and compiled) under JAX's default precision closest to ``name``:
+    what decides the products of modules that take no ``precision`` attribute."""
+
+    def call(*args):
+        with P.jax_default(name):
+            return fn(*args)
+
+    return call
 
 
 def with_stats(train, evaluate, mean, std, mesh):
