@@ -34,6 +34,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.seed = seed  # which N_t samples (same for every model given seed and N_t)
     config.data.realisation = 0  # Scaled-MNIST / scaled digits realisation (0..5)
     config.data.val_fraction = 0.2  # validation share where the dataset defines none (80:20)
+    # 'predefined' (the dataset's validation split, if any) or 'train' (val_fraction of the
+    # training split even where one is predefined: the digits study's 80:20 HP search)
+    config.data.val_source = "predefined"
     config.data.data_dir = config_dict.placeholder(str)  # TFDS dir; None = $TFDS_DATA_DIR or ~
     config.data.augment = "default"  # 'default' = the dataset's standard augmentation, or a name
 

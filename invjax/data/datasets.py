@@ -21,6 +21,9 @@ stl10           TFDS ``stl10`` labelled train/test; 80:20                crop_fl
 Validation. Where the dataset defines a validation split (Scaled-MNIST, the digits) it is used;
 elsewhere a stratified ``val_fraction`` (0.2: the paper's 80:20) of the training split becomes
 the validation split, drawn with a fixed seed so it is the same for every model and subset.
+``val_source='train'`` ignores a predefined validation split and always holds out the stratified
+``val_fraction`` of the training split (the HP search of ``launch/study_protocol.py``: an 80:20
+split of the digits' 1079 training images, the 359 validation digits unused).
 ``val_fraction=0`` means no validation split (an empty ``val``): the whole labelled training
 data are available for training, e.g. the paper's full-data rows (CIFAR-10 N_t = 50k) and
 Scaled-MNIST's N_t = 12k (its train and validation splits pooled).
@@ -69,6 +72,9 @@ DATASETS: dict[str, tuple[tuple[int, int, int], int, str]] = {
     "stl10": _tfds("stl10", "crop_flip_cutout"),
 }
 VAL_SPLIT_SEED = 0  # the 80:20 validation split is the same for every run
+# 'predefined': the dataset's own validation split where it has one, else val_fraction of the
+# training split; 'train': always val_fraction of the training split (a predefined one unused).
+VAL_SOURCES = ("predefined", "train")
 DEFAULT_SUBSET = {"svhn_cropped": "stratified"}  # every other dataset: "balanced"
 
 
@@ -119,6 +125,7 @@ def default_config():
             "seed": 0,
             "realisation": 0,
             "val_fraction": 0.2,
+            "val_source": "predefined",
             "data_dir": ml_collections.config_dict.placeholder(str),
             "augment": "default",
             "subset": "default",
@@ -151,6 +158,17 @@ def check_config(cfg) -> dict:
             f"val_fraction={val_fraction!r} is invalid (data.val_fraction): it must be in [0, 1) "
             "(0.2 = the paper's 80:20 split, 0 = no validation split)"
         )
+    val_source = _get(cfg, "val_source", "predefined")
+    if val_source not in VAL_SOURCES:
+        raise ValueError(
+            f"val_source={val_source!r} is invalid (data.val_source): valid values are "
+            f"{list(VAL_SOURCES)}"
+        )
+    if val_source == "train" and val_fraction == 0.0:
+        raise ValueError(
+            "data.val_source='train' holds out data.val_fraction of the training split, but "
+            "val_fraction=0: give it in (0, 1), e.g. 0.2"
+        )
     seed = _get(cfg, "seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"seed={seed!r} is invalid (data.seed): it must be an integer >= 0")
@@ -178,6 +196,7 @@ def check_config(cfg) -> dict:
         "num_classes": num_classes,
         "augment": aug,
         "val_fraction": float(val_fraction),
+        "val_source": val_source,
         "seed": int(seed),
         "realisation": realisation,
         "n_train": int(n_train),
@@ -232,7 +251,7 @@ def load(cfg) -> Dataset:
                 np.concatenate([train.labels, val.labels]),
             )
         val = Split(train.images[:0], train.labels[:0])
-    elif val is None:  # the paper's 80:20 split where the dataset defines none
+    elif val is None or opts["val_source"] == "train":  # 80:20 where none is defined / asked
         tr, va = subsets.validation_split(train.labels, opts["val_fraction"], VAL_SPLIT_SEED)
         train, val = train.take(tr), train.take(va)
     if opts["n_train"]:
