@@ -634,14 +634,15 @@ def commit(out: str, message: str) -> bool:
 
 
 def _run_groups(runs: Sequence, args, after) -> int:
-    """Train ``runs`` group by group (a tuning family, or a main point), ``after()`` after each."""
+    """Train ``runs`` in order (a point's single streams before the runs that reuse them), one
+    at a time, ``after()`` after each, so that each result is copied as soon as it lands."""
     status = 0
-    for group in sweep["by_point"](runs):
-        if all(sweep["finished"](r) for r in group):
+    for run in runs:
+        if sweep["finished"](run):
             continue
         if _over_budget(args):
             return status
-        status |= sweep["run_local"](group, 1, None, args.platform)
+        status |= sweep["run_local"]([run], 1, None, args.platform)
         after()
     return status
 
@@ -874,9 +875,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.commit and new:
             commit(args.out, f"docs/results/protocol: {new} more run(s) landed ({args.stage})")
 
-    if args.stage == "report":
+    if args.stage == "report":  # copy what landed (if the runs are here), then the report
+        if os.path.isdir(args.runs_dir):
+            print(f"protocol: {sync(args.runs_dir, mirror)} new run(s) copied", flush=True)
         write_report(args)
+        if args.commit:
+            commit(args.out, "docs/results/protocol: the runs landed so far")
         return 0
+    # one compilation cache for the whole study (as launch/study.py)
+    os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(args.runs_dir, "xla_cache"))
     status = 0
     if args.stage in ("tune", "all"):
         for dataset in args.datasets:

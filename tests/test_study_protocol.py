@@ -155,7 +155,7 @@ def _fake_run(run_dir: pathlib.Path, test_error: float, val_error: float = 10.0,
         f.write(json.dumps({"epoch": 20, "split": "test", "loss": 1, "error": 9, "final": True}))
 
 
-def test_resume_runs_only_unfinished_groups(tmp_path, monkeypatch):
+def test_resume_runs_only_unfinished_runs(tmp_path, monkeypatch):
     chosen = _all_chosen()
     runs, _, _ = P["plan_main"](
         str(tmp_path), "scaled_digits", ["wrn_std", "e2_ii"], [20], [0, 1], RULE, chosen
@@ -167,9 +167,9 @@ def test_resume_runs_only_unfinished_groups(tmp_path, monkeypatch):
     monkeypatch.setitem(P["sweep"], "run_local", lambda g, *a: called.append(g) or 0)
     args = type("A", (), {"budget_minutes": 0, "platform": "cpu"})()
     assert P["_run_groups"](runs, args, lambda: None) == 0
-    assert [[r.experiment for r in g] for g in called] == [["wrn_std", "e2_ii"]]
-    assert called[0][0].point == ("scaled_digits", 20, 1)
-    assert [P["sweep"]["finished"](r) for r in called[0]] == [True, False]  # run_local skips
+    assert [[(r.experiment, r.point) for r in g] for g in called] == [
+        [("e2_ii", ("scaled_digits", 20, 1))]
+    ]
 
 
 def test_sync_copies_small_results_once_and_report_gives_verdicts(tmp_path):
