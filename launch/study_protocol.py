@@ -888,7 +888,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stage in ("tune", "all"):
         for dataset in args.datasets:
             for _ in range(2):  # the single streams, then the heads that wait for them
-                chosen = chosen_hps(roots, dataset, args.families)
+                chosen = chosen_hps(roots, dataset)  # every family: streams tuned earlier count
                 runs, svms, waiting = plan_tune(
                     args.runs_dir, dataset, args.families, args.rule, chosen
                 )
