@@ -81,6 +81,7 @@ WEIGHT_DECAYS = (1e-5, 3e-4)
 SVM_GRID = tuple((c, g) for c in (1.0, 10.0, 100.0) for g in (0.3, 1.0))  # gamma x 'scale'
 SIZES = (20, 50, 100, 300, 0)
 SEEDS = (0, 1, 2, 3, 4, 5)
+FIGURES_EVERY = 10  # landed runs between two redraws of the figures
 DUAL_STEPS = 2 + 1 / 4  # two streams of S steps and a head of S / 4
 TRIPLE_STEPS = 3 + 1 / 4
 
@@ -747,9 +748,9 @@ def _ints(text: str, what: str, ok, valid: str) -> tuple[int, ...]:
     return values
 
 
-def write_report(args) -> None:
-    """Rewrite ``OUT/results.md``, ``tuning.json``, ``results.json``, ``claims.json`` and the
-    figures from ``OUT/runs`` (the committed copy) alone."""
+def write_report(args, figures: bool = True) -> None:
+    """Rewrite ``OUT/results.md``, ``tuning.json``, ``results.json``, ``claims.json`` and (with
+    ``figures``) the figures from ``OUT/runs`` (the committed copy) alone."""
     mirror = os.path.join(args.out, "runs")
     fams = args.families
     text = [
@@ -789,11 +790,12 @@ def write_report(args) -> None:
                 ),
                 "",
             ]
-        report["plot_curves"](
-            {(dataset, f): rs for f, rs in results.items()},
-            os.path.join(args.out, "convergence"),
-            "tune",
-        )
+        if figures:
+            report["plot_curves"](
+                {(dataset, f): rs for f, rs in results.items()},
+                os.path.join(args.out, "convergence"),
+                "tune",
+            )
     errors = main_errors(mirror)
     need = len(args.seeds)
     claims = claims_table(errors, need, args.test, args.holm_family)
@@ -823,15 +825,16 @@ def write_report(args) -> None:
                 cm,
                 "",
             ]
-        report["plot_curves"](
-            {
-                (d, f): {f"N_t={n} seed {s}": r for s, r in rs.items()}
-                for (d, f, n), rs in errors.items()
-                if d == dataset
-            },
-            os.path.join(args.out, "convergence"),
-            "main",
-        )
+        if figures:
+            report["plot_curves"](
+                {
+                    (d, f): {f"N_t={n} seed {s}": r for s, r in rs.items()}
+                    for (d, f, n), rs in errors.items()
+                    if d == dataset
+                },
+                os.path.join(args.out, "convergence"),
+                "main",
+            )
     judged, bad, names = report["convergence_summary"](errors)
     if judged:
         text += [
@@ -843,7 +846,8 @@ def write_report(args) -> None:
             "",
         ]
     controls = [f for f in fams if FAMILIES[f].tune == "inherit"]
-    report["plot_errors"](errors, args.out, fams, controls)
+    if figures:
+        report["plot_errors"](errors, args.out, fams, controls)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(text))
@@ -868,10 +872,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     roots = (args.runs_dir, mirror)
     landed = [0]
 
-    def after() -> None:
+    def after(final: bool = False) -> None:
         new = sync(args.runs_dir, mirror)
         landed[0] += new
-        write_report(args)
+        # the tables after every run, the figures every FIGURES_EVERY runs and at the end (each
+        # commit of all PNGs would grow the history by ~1 MB)
+        write_report(args, final or (new and landed[0] % FIGURES_EVERY < new))
         if args.commit and new:
             commit(args.out, f"docs/results/protocol: {new} more run(s) landed ({args.stage})")
 
@@ -919,7 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _svms(svms, args, after)
             status |= _run_groups(runs, args, after)
     if not args.dry_run:
-        after()
+        after(final=True)
         print(f"protocol: {landed[0]} run(s) landed in {mirror} by this command", flush=True)
     return status
 
