@@ -41,8 +41,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.precision = "default"
     config.eval_precision = "highest"
 
-    # data.name, n_train (N_t, 0 = all), realisation, val_fraction, data_dir, augment, subset,
-    # path and image_size (data.name='image_folder'):
+    # data.name, n_train (N_t, 0 = all), realisation, val_fraction, val_source, data_dir,
+    # augment, subset, path and image_size (data.name='image_folder'):
     # see invjax.data.DEFAULTS. data.seed (which N_t samples) follows config.seed.
     config.data = data.default_config()
     config.data.seed = seed

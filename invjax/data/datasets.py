@@ -24,6 +24,9 @@ image_folder    your images, ``data.path=DIR``: DIR/train/<class>/*.png, none
 Validation. Where the dataset defines a validation split (Scaled-MNIST, the digits) it is used;
 elsewhere a stratified ``val_fraction`` (0.2: the paper's 80:20) of the training split becomes
 the validation split, drawn with a fixed seed so it is the same for every model and subset.
+``val_source='train'`` ignores a predefined validation split and always holds out the stratified
+``val_fraction`` of the training split (the HP search of ``launch/study_protocol.py``: an 80:20
+split of the digits' 1079 training images, the 359 validation digits unused).
 ``val_fraction=0`` means no validation split (an empty ``val``): the whole labelled training
 data are available for training, e.g. the paper's full-data rows (CIFAR-10 N_t = 50k) and
 Scaled-MNIST's N_t = 12k (its train and validation splits pooled).
@@ -90,6 +93,9 @@ IMAGE_FOLDER = "image_folder"
 #: Every ``data.name``: the table above and the user's own image folders.
 NAMES = (*DATASETS, IMAGE_FOLDER)
 VAL_SPLIT_SEED = 0  # the 80:20 validation split is the same for every run
+# 'predefined': the dataset's own validation split where it has one, else val_fraction of the
+# training split; 'train': always val_fraction of the training split (a predefined one unused).
+VAL_SOURCES = ("predefined", "train")
 DEFAULT_SUBSET = {"svhn_cropped": "stratified"}  # every other dataset: "balanced"
 
 
@@ -138,6 +144,9 @@ DEFAULTS: dict = {
     "seed": 0,  # which N_t samples (the same for every model given seed and N_t)
     "realisation": 0,  # Scaled-MNIST / scaled digits realisation (0..5)
     "val_fraction": 0.2,  # validation share where the dataset defines none (the paper's 80:20)
+    # 'predefined' (the dataset's validation split, if any) or 'train' (val_fraction of the
+    # training split even where one is predefined: the digits study's 80:20 HP search)
+    "val_source": "predefined",
     "data_dir": None,  # TFDS directory; None = $TFDS_DATA_DIR or ~/tensorflow_datasets
     "augment": "default",  # 'default' = the dataset's standard augmentation, or a name
     "subset": "default",  # 'balanced' | 'stratified'; 'default' = DEFAULT_SUBSET per dataset
@@ -191,6 +200,17 @@ def check_config(cfg) -> dict:
             f"val_fraction={val_fraction!r} is invalid (data.val_fraction): it must be in [0, 1) "
             "(0.2 = the paper's 80:20 split, 0 = no validation split)"
         )
+    val_source = _get(cfg, "val_source", DEFAULTS["val_source"])
+    if val_source not in VAL_SOURCES:
+        raise ValueError(
+            f"val_source={val_source!r} is invalid (data.val_source): valid values are "
+            f"{list(VAL_SOURCES)}"
+        )
+    if val_source == "train" and val_fraction == 0.0:
+        raise ValueError(
+            "data.val_source='train' holds out data.val_fraction of the training split, but "
+            "val_fraction=0: give it in (0, 1), e.g. 0.2"
+        )
     seed = _get(cfg, "seed", DEFAULTS["seed"])
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"seed={seed!r} is invalid (data.seed): it must be an integer >= 0")
@@ -218,6 +238,7 @@ def check_config(cfg) -> dict:
         "num_classes": num_classes,
         "augment": aug,
         "val_fraction": float(val_fraction),
+        "val_source": val_source,
         "seed": int(seed),
         "realisation": realisation,
         "n_train": int(n_train),
@@ -279,7 +300,7 @@ def load(cfg) -> Dataset:
                 np.concatenate([train.labels, val.labels]),
             )
         val = Split(train.images[:0], train.labels[:0])
-    elif val is None:  # the paper's 80:20 split where the dataset defines none
+    elif val is None or opts["val_source"] == "train":  # 80:20 where none is defined / asked
         tr, va = subsets.validation_split(train.labels, opts["val_fraction"], VAL_SPLIT_SEED)
         train, val = train.take(tr), train.take(va)
     if opts["n_train"]:

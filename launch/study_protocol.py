@@ -1,0 +1,949 @@
+"""The sample-complexity study on the offline digits under a reviewer's protocol (issue 19).
+
+    python launch/study_protocol.py --stage tune|main|all|report
+        [--datasets scaled_digits,rotscaled_digits] [--families F,F,...] [--sizes 20,50,100,300,0]
+        [--seeds 0,1,2,3,4,5] [--runs-dir /work/runs/study_protocol] [--out docs/results/protocol]
+        [--min-steps 600] [--min-epochs 60] [--batch-size 64] [--width-divisor 2]
+        [--test t|signflip|wilcoxon] [--holm-family all|claim] [--budget-minutes 0]
+        [--parallel 1] [--platform auto] [--commit] [--seeds-in-one] [--dry-run]
+
+Protocol (``docs/results/protocol/README.md`` states it with the figures):
+
+1. **Tuning, once per family and dataset** (``--stage tune``): every family trains on the digits'
+   80:20 split of the full 1079-image training split (863 train / 216 held out,
+   ``data.val_source='train'``, realisation 0, seed 0; the 359 validation and 359 test digits are
+   not used) with each of the same six candidates: learning rate x {1/3, 1, 3} of its config's
+   x weight decay {1e-5, 3e-4} (:data:`LR_FACTORS`, :data:`WEIGHT_DECAYS`); the RBF-SVM gets six
+   too (C x gamma, :data:`SVM_GRID`). The candidate with the lowest held-out error of its *last*
+   epoch wins (ties: lower held-out loss, then the earlier candidate), and is fixed for every
+   N_t. The two-phase networks tune their head (phase 2's learning rate and weight decay, the
+   same six candidates) on their streams' chosen runs; their controls inherit: the stars and the
+   three-standard-streams triple take the head of ``dual`` / ``triple`` and each stream its
+   family's choice, the step-matched single streams their family's.
+2. **Main runs** (``--stage main``): every family at every N_t in ``--sizes`` and realisation in
+   ``--seeds`` (seed k = realisation k and the class-balanced subset drawn by k: the same
+   splits for every family, the SVM included), with the chosen HPs and the training-length rule
+   :func:`schedule` (at least ``--min-steps`` optimiser steps and ``--min-epochs`` epochs, x0.1
+   after 2/3). The *last* epoch's model is reported (``train.select_best=False``): the 359
+   validation digits are only watched, never used to select. Each run's epoch-mean training
+   loss and error are kept; :func:`study_stats.convergence` counts the unconverged runs.
+3. **Claims** (:data:`CLAIMS`): paired differences over the realisations, the paired t-test
+   (``--test``; the exact sign-flip p beside it), Holm's correction over every complete
+   comparison of the table (``--holm-family all``; ``claim``: per claim and dataset), a verdict
+   per claim and N_t: supported / contradicted / inconclusive (pending while a comparison has
+   fewer than ``len(--seeds)`` realisations).
+
+Runs: ``RUNS/tune/DATASET/FAMILY/<candidate>`` and ``RUNS/main/DATASET/FAMILY/n<N_t>/seed_<k>``
+(``nall`` = 1079). A run whose ``results.json`` exists is skipped and an interrupted one resumes
+from its checkpoint, so the same command finishes a study stopped anywhere. After every finished
+group of runs the small results (``results.json``, the training curve) are copied into
+``OUT/runs/`` (same layout), the report in ``OUT`` is rewritten from that copy, and with
+``--commit`` both are committed to the git repository holding ``OUT`` (those paths only).
+``--stage report`` rewrites the report from ``OUT/runs`` alone (no run directory needed).
+
+``--seeds-in-one``: single-stream families run a (dataset, family, N_t) group of seeds as one
+``python -m invjax.main --config.seeds=(0,1,...)`` invocation with workdir ``.../n<N_t>``,
+which writes ``seed_<k>/`` exactly as the single runs do (issue 19 item 3; refused while
+``invjax/configs/base.py`` has no ``seeds`` key). Multi-stream runs stay one per seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import runpy
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+study = runpy.run_path(str(REPO / "launch" / "study.py"), run_name="protocol_study")
+stats = runpy.run_path(str(REPO / "launch" / "study_stats.py"), run_name="protocol_stats")
+sweep = study["sweep"]
+
+DATASETS = study["DATASETS"]
+ROT = ("rotscaled_digits",)
+N_ALL = study["N_ALL"]
+VAL_FRACTION = 0.2
+N_TUNE = N_ALL - round(N_ALL * VAL_FRACTION)  # 863 training images in the 80:20 split
+TUNE_REALISATION = 0
+LR_FACTORS = (1 / 3, 1.0, 3.0)
+WEIGHT_DECAYS = (1e-5, 3e-4)
+SVM_GRID = tuple((c, g) for c in (1.0, 10.0, 100.0) for g in (0.3, 1.0))  # gamma x 'scale'
+SIZES = (20, 50, 100, 300, 0)
+SEEDS = (0, 1, 2, 3, 4, 5)
+FIGURES_EVERY = 10  # landed runs between two redraws of the figures
+DUAL_STEPS = 2 + 1 / 4  # two streams of S steps and a head of S / 4
+TRIPLE_STEPS = 3 + 1 / 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One row of the study.
+
+    ``stem``: config (None: the RBF-SVM). ``tune``: ``'own'`` (the grid on its learning rate and
+    weight decay), ``'head'`` (the grid on phase 2's, streams from :attr:`streams`' choices) or
+    ``'inherit'`` (:attr:`hp_from`'s choice, no tuning of its own). ``streams``: slot -> the
+    family whose choice trains that stream. ``steps_factor``: the training length x this.
+    """
+
+    stem: str | None
+    overrides: dict = dataclasses.field(default_factory=dict)
+    tune: str = "own"
+    streams: tuple[tuple[str, str], ...] = ()
+    hp_from: str | None = None
+    steps_factor: float = 1.0
+    datasets: tuple[str, ...] = DATASETS
+
+
+def _ws_net_overrides() -> dict:
+    """The monomial family's network (study.py's ``_MONO``) with the WS head: the keys that the
+    WS config's model section has (the pruning and monomial output are the monomials' own)."""
+    model = sweep["load_config"]("mnist_ii_disco_ws", {}).model
+    return {k: v for k, v in study["_MONO"].items() if k.split(".", 1)[1] in model}
+
+
+_STREAMS2 = (("e2", "e2_ii"), ("scale", "scale_iiws_disco"))
+_STREAMS3 = (*_STREAMS2, ("std", "wrn_std"))
+FAMILIES: dict[str, Family] = {
+    "cnn": Family("digits_cnn"),
+    "svm": Family(None),
+    "wrn_std": Family("digits_std"),
+    "e2_pool": Family("digits_e2", {"model.head": "pool"}),
+    "e2_ii": Family("digits_e2"),
+    "e2rot_pool": Family("digits_e2_rot", {"model.head": "pool"}, datasets=ROT),
+    "e2rot_ii": Family("digits_e2_rot", datasets=ROT),
+    **{f: Family(*study["FAMILIES"][f]) for f in ("scale_pool_disco", "scale_pool_hermite")},
+    **{f: Family(*study["FAMILIES"][f]) for f in ("scale_iiws_disco", "scale_iiws_hermite")},
+    "scale_iimono_disco": Family(*study["FAMILIES"]["scale_iimono_disco"]),
+    "scale_iiws_mnet_disco": Family("mnist_ii_disco_ws", _ws_net_overrides()),
+    "dual": Family("digits_dual", tune="head", streams=_STREAMS2),
+    "triple": Family("digits_triple", tune="head", streams=_STREAMS3),
+    # controls: size (constant parameters), ensembling (three standard streams), optimiser steps
+    "dual_star": Family("digits_dual_star", tune="inherit", streams=_STREAMS2, hp_from="dual"),
+    "triple_star": Family(
+        "digits_triple_star", tune="inherit", streams=_STREAMS3, hp_from="triple"
+    ),
+    "triple_std": Family(
+        "digits_triple_std",
+        tune="inherit",
+        streams=(("e2", "wrn_std"), ("scale", "wrn_std"), ("std", "wrn_std")),
+        hp_from="triple",
+    ),
+    "e2_ii_steps_dual": Family(
+        "digits_e2", tune="inherit", hp_from="e2_ii", steps_factor=DUAL_STEPS
+    ),
+    "scale_iiws_disco_steps_dual": Family(
+        "digits_scale", tune="inherit", hp_from="scale_iiws_disco", steps_factor=DUAL_STEPS
+    ),
+    "wrn_std_steps_triple": Family(
+        "digits_std", tune="inherit", hp_from="wrn_std", steps_factor=TRIPLE_STEPS
+    ),
+}
+# The paper's claims as (claim, the family claimed better, the one it should beat, datasets).
+CLAIMS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("E(2)-II beats pooling (II over flips)", "e2_ii", "e2_pool", DATASETS),
+    ("E(2)-II beats pooling (II over rotations)", "e2rot_ii", "e2rot_pool", ROT),
+    ("Scale-II WS beats pooling (DISCO)", "scale_iiws_disco", "scale_pool_disco", DATASETS),
+    ("Scale-II WS beats pooling (Hermite)", "scale_iiws_hermite", "scale_pool_hermite", DATASETS),
+    ("Scale-II WS beats monomials", "scale_iiws_mnet_disco", "scale_iimono_disco", DATASETS),
+    ("dual beats its E(2) stream", "dual", "e2_ii", DATASETS),
+    ("dual beats its Scale stream", "dual", "scale_iiws_disco", DATASETS),
+    ("triple beats its E(2) stream", "triple", "e2_ii", DATASETS),
+    ("triple beats its Scale stream", "triple", "scale_iiws_disco", DATASETS),
+    ("triple beats its std stream", "triple", "wrn_std", DATASETS),
+    ("triple beats dual", "triple", "dual", DATASETS),
+    ("dual* (one stream's size) beats the E(2) stream", "dual_star", "e2_ii", DATASETS),
+    ("dual* beats the Scale stream", "dual_star", "scale_iiws_disco", DATASETS),
+    ("triple* (one stream's size) beats the std WRN", "triple_star", "wrn_std", DATASETS),
+    ("triple beats three std streams (ensembling)", "triple", "triple_std", DATASETS),
+    ("dual beats the E(2) stream at dual's steps", "dual", "e2_ii_steps_dual", DATASETS),
+    (
+        "dual beats the Scale stream at dual's steps",
+        "dual",
+        "scale_iiws_disco_steps_dual",
+        DATASETS,
+    ),
+    ("triple beats the std WRN at triple's steps", "triple", "wrn_std_steps_triple", DATASETS),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """The training-length rule and the shared settings of every network run."""
+
+    min_steps: int = 600
+    min_epochs: int = 60
+    batch_size: int = 64
+    width_divisor: float = 2.0
+
+
+def schedule(n_train: int, rule: Rule, factor: float = 1.0) -> dict:
+    """``train.*`` overrides of one run with ``n_train`` images (0 = all 1079).
+
+    ``E = ceil(factor * max(min_epochs, ceil(min_steps / ceil(N / B))))`` epochs (an epoch has
+    ``ceil(N / B)`` batches), one x0.1 decay after ``round(2E/3)``, the held-out / validation
+    split evaluated every ``max(1, E // 10)`` epochs (watched only), the last epoch reported.
+    """
+    n = n_train or N_ALL
+    per_epoch = math.ceil(n / rule.batch_size)
+    epochs = math.ceil(factor * max(rule.min_epochs, math.ceil(rule.min_steps / per_epoch)))
+    return {
+        "batch_size": rule.batch_size,
+        "num_epochs": epochs,
+        "lr_boundaries": (min(max(1, round(2 * epochs / 3)), epochs - 1),),
+        "eval_every_epochs": max(1, epochs // 10),
+        "select_best": False,
+    }
+
+
+def head_schedule(n_train: int, rule: Rule) -> dict:
+    """Phase 2 of the two-phase networks: the head's epochs are the streams' / 4 (the paper)."""
+    s = schedule(n_train, rule)
+    epochs = max(2, math.ceil(s["num_epochs"] / 4))
+    return s | {
+        "num_epochs": epochs,
+        "lr_boundaries": (min(max(1, round(2 * epochs / 3)), epochs - 1),),
+        "eval_every_epochs": max(1, epochs // 10),
+    }
+
+
+def _fmt_num(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def candidates(family: str) -> list[tuple[str, dict]]:
+    """The tuning candidates ``[(label, HPs)]`` of a family that tunes (the same six for all)."""
+    fam = FAMILIES[family]
+    if fam.stem is None:
+        return [(f"C{c:g}_g{g:g}", {"svm_C": c, "svm_gamma": g}) for c, g in SVM_GRID]
+    base = sweep["load_config"](fam.stem, fam.overrides).train.learning_rate
+    out = []
+    for f in LR_FACTORS:
+        for wd in WEIGHT_DECAYS:
+            lr = float(_fmt_num(base * f))
+            out.append((f"lr{_fmt_num(lr)}_wd{wd:.0e}", {"learning_rate": lr, "weight_decay": wd}))
+    return out
+
+
+def _data(dataset: str, n_train: int, seed: int, tune: bool) -> dict:
+    d = {"data.name": dataset, "data.n_train": n_train, "seed": seed}
+    d["data.realisation"] = TUNE_REALISATION if tune else seed
+    if tune:
+        d |= {"data.val_source": "train", "data.val_fraction": VAL_FRACTION}
+    return d
+
+
+def _model_overrides(family: str) -> dict:
+    """The ``model.*`` overrides a family's network takes (also as a stream of another)."""
+    return {k: v for k, v in FAMILIES[family].overrides.items() if k.startswith("model.")}
+
+
+def network_overrides(
+    family: str, dataset: str, n_train: int, seed: int, hps: dict, rule: Rule, tune: bool
+) -> dict:
+    """All ``--config.*`` overrides of one network run.
+
+    ``hps``: family -> ``{'learning_rate', 'weight_decay'}`` chosen (for the multi-stream
+    families also their streams' families); the tuning stage passes the candidate under
+    ``family`` itself.
+    """
+    fam = FAMILIES[family]
+    n_eff = N_TUNE if tune else n_train
+    ov = _data(dataset, n_train, seed, tune) | dict(fam.overrides)
+    own = hps[fam.hp_from or family]
+    if fam.streams:
+        config = sweep["load_config"](fam.stem, {})
+        for slot, slot_family in fam.streams:
+            for k, v in _model_overrides(slot_family).items():
+                ov[f"model.streams.{slot}.{k.removeprefix('model.')}"] = v
+            star = float(config.model.streams[slot].get("width_divisor", 1.0) or 1.0)
+            ov[f"model.streams.{slot}.width_divisor"] = star * rule.width_divisor
+            train = schedule(n_eff, rule) | hps[slot_family]
+            ov.update({f"phase1.{slot}.train.{k}": v for k, v in train.items()})
+        train = head_schedule(n_eff, rule) | own
+    else:
+        train = schedule(n_eff, rule, fam.steps_factor) | own
+        if fam.stem in sweep_wrn_stems():
+            ov["model.width_divisor"] = rule.width_divisor
+        if fam.stem == study["MONO_STEM"]:
+            ov["model.prune_epochs"] = study["prune_epochs"](train["num_epochs"])
+    ov.update({f"train.{k}": v for k, v in train.items()})
+    return ov
+
+
+def sweep_wrn_stems() -> tuple[str, ...]:
+    return (*study["WRN_STEMS"], "digits_e2_rot")
+
+
+def run_label(n_train: int) -> str:
+    return f"n{n_train}" if n_train else "nall"
+
+
+def _run(family: str, workdir: str, ov: dict, point: tuple) -> object:
+    fam = FAMILIES[family]
+    return sweep["Run"](family, fam.stem, ov, point, workdir, bool(fam.streams))
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def plan_tune(runs_dir: str, dataset: str, families: Sequence[str], rule: Rule, chosen: dict):
+    """The tuning runs of one dataset: ``(network runs, SVM fits, families waiting)``.
+
+    Single-stream families with ``tune='own'`` first (cheap ones first, the order of
+    ``families``); the heads of ``tune='head'`` families only once their streams' families
+    have a choice in ``chosen`` (else they wait: listed in the third item), on those chosen
+    runs (shared phase 1).
+    """
+    runs, svm, waiting = [], [], []
+    for family in families:
+        fam = FAMILIES[family]
+        if dataset not in fam.datasets or fam.tune == "inherit":
+            continue
+        if fam.tune == "head" and not all(f in chosen for _, f in fam.streams):
+            waiting.append(family)
+            continue
+        base = os.path.join(runs_dir, "tune", dataset, family)
+        point = []
+        if fam.tune == "head":  # the chosen stream runs, so that phase 1 reuses them
+            for _, f in fam.streams:
+                label = chosen[f]["label"]
+                ov = network_overrides(f, dataset, 0, 0, {f: chosen[f]["hps"]}, rule, True)
+                run = _run(f, os.path.join(runs_dir, "tune", dataset, f, label), ov, (dataset,))
+                if all(r.workdir != run.workdir for r in point):
+                    point.append(run)
+        for label, hp in candidates(family):
+            workdir = os.path.join(base, label)
+            if fam.stem is None:
+                svm.append(_data(dataset, 0, 0, True) | hp | {"workdir": workdir})
+                continue
+            hps = {family: hp} | {f: chosen[f]["hps"] for _, f in fam.streams}
+            ov = network_overrides(family, dataset, 0, 0, hps, rule, True)
+            point.append(_run(family, workdir, ov, (dataset, family)))
+        if fam.tune == "head":
+            from invjax.training import plan
+
+            sweep["_share_streams"](point, plan)
+            point = [r for r in point if r.multi]  # the stream runs are the families' own
+        runs += point
+    return runs, svm, waiting
+
+
+def plan_main(
+    runs_dir: str,
+    dataset: str,
+    families: Sequence[str],
+    sizes: Sequence[int],
+    seeds: Sequence[int],
+    rule: Rule,
+    chosen: dict,
+):
+    """The main runs of one dataset: ``(network runs, SVM fits, families without HPs)``.
+
+    Ordered by N_t, then seed; within one point the single-stream runs first so that the
+    multi-stream runs reuse them as phase 1 (:func:`launch.sweep._share_streams`). A family
+    (or a stream of it) whose tuning is not finished is left out and named.
+    """
+    from invjax.training import plan
+
+    def need(f: str) -> set[str]:
+        fam = FAMILIES[f]
+        return {fam.hp_from or f} | {s for _, s in fam.streams}
+
+    fams = [f for f in families if dataset in FAMILIES[f].datasets]
+    missing = [f for f in fams if not need(f) <= set(chosen)]
+    fams = [f for f in fams if f not in missing]
+    hps = {f: c["hps"] for f, c in chosen.items()}
+    runs, svm = [], []
+    for n in sizes:
+        for seed in seeds:
+            point = []
+            for family in fams:
+                workdir = os.path.join(
+                    runs_dir, "main", dataset, family, run_label(n), f"seed_{seed}"
+                )
+                if FAMILIES[family].stem is None:
+                    svm.append(_data(dataset, n, seed, False) | hps["svm"] | {"workdir": workdir})
+                    continue
+                ov = network_overrides(family, dataset, n, seed, hps, rule, False)
+                point.append(_run(family, workdir, ov, (dataset, n, seed)))
+            point = [r for r in point if not r.multi] + [r for r in point if r.multi]
+            sweep["_share_streams"](point, plan)
+            runs += point
+    return runs, svm, missing
+
+
+def seeds_in_one(runs: Sequence) -> list:
+    """Group single-stream runs of one (dataset, family, N_t) over seeds into one K-model run
+    (``--config.seeds``, workdir ``.../n<N_t>``); multi-stream runs stay as they are.
+
+    Model k of the group uses realisation k (``--config.realisation_from_seed=True``), as the
+    single runs do; refused (ValueError) if the config keys are missing or a run does not."""
+    from invjax.configs import base
+
+    if "seeds" not in base.get_config():
+        raise ValueError(
+            "--seeds-in-one needs invjax.main's --config.seeds, which invjax/configs/base.py "
+            "does not have: run without it"
+        )
+    groups: dict[tuple, list] = {}
+    out = []
+    for r in runs:
+        if r.multi:
+            out.append(r)
+            continue
+        groups.setdefault((r.experiment, os.path.dirname(r.workdir)), []).append(r)
+    for (family, workdir), rs in groups.items():
+        ov = {k: v for k, v in rs[0].overrides.items() if k not in ("seed", "data.realisation")}
+        if any(r.overrides.get("data.realisation") != r.overrides["seed"] for r in rs):
+            raise ValueError(f"--seeds-in-one: {family}'s runs do not use realisation = seed")
+        ov["seeds"] = tuple(r.overrides["seed"] for r in rs)
+        ov["realisation_from_seed"] = True
+        out.append(_run(family, workdir, ov, rs[0].point[:2]))
+    return out
+
+
+# ----------------------------------------------------------------------------- the RBF-SVM
+
+
+def run_svm(point: dict) -> dict:
+    """The RBF-SVM with fixed ``svm_C`` and ``svm_gamma`` (x scikit-learn's 'scale', i.e.
+    ``1 / (784 var(X_train))``) on the point's exact splits; writes ``results.json``."""
+    import ml_collections
+    import numpy as np
+    from sklearn.svm import SVC
+
+    from invjax import data
+
+    t0 = time.perf_counter()
+    cfg = data.default_config()
+    cfg.name, cfg.n_train, cfg.seed = point["data.name"], point["data.n_train"], point["seed"]
+    cfg.realisation = point["data.realisation"]
+    if "data.val_source" in point:
+        cfg.val_source, cfg.val_fraction = point["data.val_source"], point["data.val_fraction"]
+    ds = data.load(cfg)
+    flat = lambda s: ((s.images.reshape(len(s), -1) - ds.mean[0]) / ds.std[0]).astype(np.float64)
+    xtr, xva, xte = flat(ds.train), flat(ds.val), flat(ds.test)
+    gamma = point["svm_gamma"] / (xtr.shape[1] * xtr.var())
+    clf = SVC(C=point["svm_C"], gamma=gamma, kernel="rbf").fit(xtr, ds.train.labels)
+    err = lambda x, y: 100.0 * float(np.mean(clf.predict(x) != y))  # noqa: E731
+    results = {
+        "test_error": err(xte, ds.test.labels),
+        "val_error": err(xva, ds.val.labels),
+        "train_error": err(xtr, ds.train.labels),
+        "params": int(clf.support_vectors_.size + clf.dual_coef_.size + clf.intercept_.size),
+        "n_train": len(ds.train),
+        "n_val": len(ds.val),
+        "n_test": len(ds.test),
+        "seed": point["seed"],
+        "dataset": ds.name,
+        "model": "rbf_svm",
+        "svm_C": point["svm_C"],
+        "svm_gamma_times_scale": point["svm_gamma"],
+        "config": ml_collections.ConfigDict(cfg).to_dict(),
+        "wall_time_s": time.perf_counter() - t0,
+    }
+    os.makedirs(point["workdir"], exist_ok=True)
+    tmp = os.path.join(point["workdir"], "results.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(tmp, os.path.join(point["workdir"], "results.json"))
+    return results
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def curve(run_dir: str) -> dict:
+    """The run's epoch records from ``metrics.jsonl``: ``train`` / ``val`` as ``[[epoch, loss,
+    error], ...]`` (the final evaluation excluded)."""
+    out: dict[str, list] = {"train": [], "val": []}
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            if r.get("split") in out and "final" not in r and "model_epoch" not in r:
+                out[r["split"]].append([r.get("epoch"), r.get("loss"), r.get("error")])
+    for k in out:  # a resumed run re-logs nothing twice, but keep the last record per epoch
+        out[k] = list({e[0]: e for e in out[k]}.values())
+    return out
+
+
+def sync(runs_dir: str, mirror: str) -> int:
+    """Copy every finished run's ``results.json`` and its curve (``curve.json``) from
+    ``runs_dir`` into ``mirror`` (same relative paths); returns how many were new."""
+    new = 0
+    for root, dirs, files in os.walk(runs_dir):
+        dirs[:] = [d for d in dirs if d not in ("checkpoints", "xla_cache", "tensorboard")]
+        if "results.json" not in files:
+            continue
+        dst = os.path.join(mirror, os.path.relpath(root, runs_dir))
+        if os.path.isfile(os.path.join(dst, "results.json")):
+            continue
+        os.makedirs(dst, exist_ok=True)
+        with open(os.path.join(dst, "curve.json"), "w") as f:
+            json.dump(curve(root), f)
+        shutil.copyfile(os.path.join(root, "results.json"), os.path.join(dst, "results.json"))
+        new += 1
+    return new
+
+
+def _load(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def run_record(run_dir: str) -> dict | None:
+    """One finished run: its results plus ``train_loss`` / ``train_error`` (last epoch) and the
+    convergence verdict of :func:`study_stats.convergence`."""
+    r = _load(os.path.join(run_dir, "results.json"))
+    if r is None:
+        return None
+    c = _load(os.path.join(run_dir, "curve.json")) or curve(run_dir)
+    train = [e for e in c.get("train", []) if e[1] is not None]
+    conv = stats["convergence"]([e[1] for e in train]) if train else {"converged": None}
+    r = dict(r, curve=c, convergence=conv)
+    if train:
+        r["train_loss"], r["train_error"] = train[-1][1], train[-1][2]
+    return r
+
+
+def tuning_results(roots: Sequence[str], dataset: str, family: str) -> dict[str, dict]:
+    """label -> record of the family's finished tuning runs (the first root that has it)."""
+    out = {}
+    for label, _ in candidates(family):
+        for root in roots:
+            r = run_record(os.path.join(root, "tune", dataset, family, label))
+            if r is not None:
+                out[label] = r
+                break
+    return out
+
+
+def choose(results: dict[str, dict], family: str) -> dict | None:
+    """The winning candidate once all of the family's candidates finished, else None.
+
+    Lowest held-out error of the last epoch; ties: lower held-out loss (the SVM has none), then
+    the earlier candidate in :func:`candidates`."""
+    cands = candidates(family)
+    if any(label not in results for label, _ in cands):
+        return None
+
+    def key(item):
+        i, (label, _) = item
+        r = results[label]
+        loss = r.get("val_loss")
+        return (r["val_error"], loss if isinstance(loss, int | float) else 0.0, i)
+
+    i, (label, hp) = min(enumerate(cands), key=key)
+    return {"label": label, "hps": hp, "val_error": results[label]["val_error"]}
+
+
+def chosen_hps(roots: Sequence[str], dataset: str, families: Sequence[str] | None = None):
+    """family -> :func:`choose` for every tuning family of ``dataset`` that finished."""
+    out = {}
+    for family in families or FAMILIES:
+        fam = FAMILIES[family]
+        if fam.tune == "inherit" or dataset not in fam.datasets:
+            continue
+        c = choose(tuning_results(roots, dataset, family), family)
+        if c is not None:
+            out[family] = c
+    return out
+
+
+def main_errors(root: str) -> dict[tuple, dict]:
+    """(dataset, family, N_t) -> {seed: record} of the finished main runs under ``root``."""
+    out: dict[tuple, dict] = {}
+    base = os.path.join(root, "main")
+    if not os.path.isdir(base):
+        return out
+    for dataset in sorted(os.listdir(base)):
+        for family in sorted(os.listdir(os.path.join(base, dataset))):
+            fdir = os.path.join(base, dataset, family)
+            for size in sorted(os.listdir(fdir)):
+                n = N_ALL if size == "nall" else int(size[1:])
+                for sd in sorted(os.listdir(os.path.join(fdir, size))):
+                    if not sd.startswith("seed_"):
+                        continue
+                    r = run_record(os.path.join(fdir, size, sd))
+                    if r is not None and math.isfinite(r.get("test_error", math.nan)):
+                        out.setdefault((dataset, family, n), {})[int(sd[5:])] = r
+    return out
+
+
+def claims_table(errors: dict, need: int, test: str = "t", family: str = "all") -> list[dict]:
+    """Every claim of :data:`CLAIMS` at every (dataset, N_t) that has runs of both families:
+    :func:`study_stats.compare` plus Holm (over the whole table, or per claim and dataset)."""
+    points = sorted({(d, n) for d, _, n in errors})
+    recs = []
+    for claim, better, worse, datasets in CLAIMS:
+        for dataset, n in points:
+            a = errors.get((dataset, better, n), {})
+            b = errors.get((dataset, worse, n), {})
+            if dataset not in datasets or not a or not b:
+                continue
+            ea = {s: r["test_error"] for s, r in a.items()}
+            eb = {s: r["test_error"] for s, r in b.items()}
+            c = stats["compare"](ea, eb, need, test)
+            recs.append({"claim": claim, "better": better, "worse": worse, "dataset": dataset})
+            recs[-1] |= {"n_train": n, **c}
+    if family == "all":
+        return stats["adjust"](recs)
+    groups: dict[tuple, list] = {}
+    for r in recs:
+        groups.setdefault((r["claim"], r["dataset"]), []).append(r)
+    for g in groups.values():
+        stats["adjust"](g)
+    return recs
+
+
+def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+
+
+def commit(out: str, message: str) -> bool:
+    """Commit ``out`` (only that path) in the git repository that holds it; False if nothing
+    changed or git refused (another commit holding the index lock: the next one takes it)."""
+    top = _git(out, "rev-parse", "--show-toplevel")
+    if top.returncode:
+        print(f"protocol: {out} is not in a git repository: not committed", flush=True)
+        return False
+    repo = top.stdout.strip()
+    _git(repo, "add", "--", out)
+    if not _git(repo, "diff", "--cached", "--quiet", "--", out).returncode:
+        return False
+    done = _git(repo, "commit", "-q", "-m", message, "--", out)
+    if done.returncode:
+        print(f"protocol: git commit failed: {done.stderr.strip()[:300]}", flush=True)
+    return not done.returncode
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def _run_groups(runs: Sequence, args, after) -> int:
+    """Train ``runs`` in order (a point's single streams before the runs that reuse them), one
+    at a time, ``after()`` after each, so that each result is copied as soon as it lands."""
+    status = 0
+    for run in runs:
+        if sweep["finished"](run):
+            continue
+        if _over_budget(args):
+            return status
+        status |= sweep["run_local"]([run], 1, None, args.platform)
+        after()
+    return status
+
+
+def _over_budget(args) -> bool:
+    if args.budget_minutes and time.perf_counter() - args.t0 > 60 * args.budget_minutes:
+        if not args.budget_said:
+            print(
+                f"protocol: time budget of {args.budget_minutes:g} min spent: no new run "
+                "starts (the same command resumes)",
+                flush=True,
+            )
+            args.budget_said = True
+        return True
+    return False
+
+
+def _svms(points: Sequence[dict], args, after) -> None:
+    for p in points:
+        if os.path.isfile(os.path.join(p["workdir"], "results.json")) or _over_budget(args):
+            continue
+        r = run_svm(p)
+        print(
+            f"svm {p['data.name']} N_t={r['n_train']} seed={p['seed']} C={p['svm_C']:g} "
+            f"gamma={p['svm_gamma']:g}x: held-out/val {r['val_error']:.2f}%",
+            flush=True,
+        )
+    after()
+
+
+def parse(argv: Sequence[str] | None):
+    p = argparse.ArgumentParser(
+        prog="python launch/study_protocol.py", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--stage", choices=("tune", "main", "all", "report"), default="all")
+    p.add_argument("--datasets", default=",".join(DATASETS))
+    p.add_argument("--families", default=",".join(FAMILIES))
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="N_t list (0 = all 1079)")
+    p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="realisations 0..5")
+    p.add_argument("--runs-dir", default="runs/study_protocol")
+    p.add_argument("--out", default="docs/results/protocol")
+    p.add_argument("--min-steps", type=int, default=Rule.min_steps)
+    p.add_argument("--min-epochs", type=int, default=Rule.min_epochs)
+    p.add_argument("--batch-size", type=int, default=Rule.batch_size)
+    p.add_argument("--width-divisor", type=float, default=Rule.width_divisor)
+    p.add_argument("--test", choices=stats["TESTS"], default="t", help="the primary paired test")
+    p.add_argument("--holm-family", choices=("all", "claim"), default="all")
+    p.add_argument("--budget-minutes", type=float, default=0.0, help="0 = none")
+    p.add_argument("--platform", choices=("auto", "cpu", "gpu"), default="auto")
+    p.add_argument("--commit", action="store_true", help="commit OUT after every group")
+    p.add_argument("--seeds-in-one", action="store_true", help="K seeds per invocation")
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = p.parse_args(argv)
+    try:
+        args.datasets = _names(args.datasets, DATASETS, "--datasets")
+        args.families = _names(args.families, tuple(FAMILIES), "--families")
+        args.sizes = _ints(
+            args.sizes,
+            "--sizes",
+            lambda n: n == 0 or (10 <= n < N_ALL and n % 10 == 0),
+            "give 0 (all 1079) or multiples of 10 in 10..1070 (class-balanced subsets)",
+        )
+        args.seeds = _ints(args.seeds, "--seeds", lambda s: 0 <= s <= 5, "give realisations 0..5")
+        for name in ("min_steps", "min_epochs", "batch_size"):
+            if getattr(args, name) < 1:
+                raise ValueError(
+                    f"--{name.replace('_', '-')}={getattr(args, name)} is invalid: it must be >= 1"
+                )
+        if args.width_divisor < 1:
+            raise ValueError(f"--width-divisor={args.width_divisor} is invalid: it must be >= 1")
+        if args.budget_minutes < 0:
+            raise ValueError(f"--budget-minutes={args.budget_minutes} is invalid: it must be >= 0")
+        if args.stage not in ("report",) and not args.dry_run:
+            sweep["slot_envs"](1, 1, args.platform)
+    except ValueError as e:
+        p.error(str(e))
+    args.rule = Rule(args.min_steps, args.min_epochs, args.batch_size, args.width_divisor)
+    args.runs_dir = os.path.abspath(args.runs_dir)
+    args.out = os.path.abspath(args.out)
+    args.t0, args.budget_said = time.perf_counter(), False
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    return args
+
+
+def _names(text: str, valid: Sequence[str], what: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    for x in names:
+        if x not in valid:
+            raise ValueError(f"{what}: {x!r} is invalid: choose from {list(valid)}")
+    if not names:
+        raise ValueError(f"{what} is empty: choose from {list(valid)}")
+    return names
+
+
+def _ints(text: str, what: str, ok, valid: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or not all(ok(v) for v in values):
+        raise ValueError(f"{what}={text!r} is invalid: {valid}")
+    return values
+
+
+def write_report(args, figures: bool = True) -> None:
+    """Rewrite ``OUT/results.md``, ``tuning.json``, ``results.json``, ``claims.json`` and (with
+    ``figures``) the figures from ``OUT/runs`` (the committed copy) alone."""
+    mirror = os.path.join(args.out, "runs")
+    fams = args.families
+    text = [
+        "# Sample-complexity study under the protocol: results",
+        "",
+        "Written by `python launch/study_protocol.py " + shlex.join(args.argv) + "` from the "
+        "runs copied into `runs/` here (README.md: the protocol and the commands). "
+        f"Rule: at least {args.rule.min_steps} steps and {args.rule.min_epochs} epochs at batch "
+        f"{args.rule.batch_size}, WRN widths / {args.rule.width_divisor:g}; last-epoch models.",
+        "",
+    ]
+    tuning = {}
+    for dataset in args.datasets:
+        results = {
+            f: tuning_results([mirror], dataset, f)
+            for f in fams
+            if FAMILIES[f].tune != "inherit" and dataset in FAMILIES[f].datasets
+        }
+        chosen = {f: c for f in results if (c := choose(results[f], f)) is not None}
+        tuning[dataset] = {
+            f: {
+                "chosen": chosen.get(f),
+                "candidates": {
+                    k: {x: r.get(x) for x in ("val_error", "val_loss", "train_loss", "train_error")}
+                    | {"converged": r["convergence"].get("converged")}
+                    for k, r in rs.items()
+                },
+            }
+            for f, rs in results.items()
+        }
+        if any(results.values()):
+            text += [
+                f"## Tuning: {dataset}",
+                "",
+                report["tuning_table"](
+                    dataset, {f: r for f, r in results.items() if r}, chosen, candidates
+                ),
+                "",
+            ]
+        if figures:
+            report["plot_curves"](
+                {(dataset, f): rs for f, rs in results.items()},
+                os.path.join(args.out, "convergence"),
+                "tune",
+            )
+    errors = main_errors(mirror)
+    need = len(args.seeds)
+    claims = claims_table(errors, need, args.test, args.holm_family)
+    for dataset in args.datasets:
+        table = report["results_table"](errors, dataset, fams, need)
+        if not table:
+            continue
+        text += [
+            f"## Test error: {dataset}",
+            "",
+            f"Mean ± sample std over the realisations, in %; `(k)`: only k of {need} "
+            "realisations finished; `ku`: k runs unconverged.",
+            "",
+            table,
+            "",
+        ]
+        cm = report["claims_markdown"](claims, dataset)
+        if cm:
+            text += [
+                f"### Claims: {dataset}",
+                "",
+                f"Paired over the common realisations (diff = first - second, points; negative"
+                f" = the claim's direction); primary test `{args.test}` (two-sided), Holm over "
+                f"{'every complete comparison of the table' if args.holm_family == 'all' else 'each claim and dataset'}"
+                f" at alpha = {stats['ALPHA']}; `pending` while fewer than {need} realisations.",
+                "",
+                cm,
+                "",
+            ]
+        if figures:
+            report["plot_curves"](
+                {
+                    (d, f): {f"N_t={n} seed {s}": r for s, r in rs.items()}
+                    for (d, f, n), rs in errors.items()
+                    if d == dataset
+                },
+                os.path.join(args.out, "convergence"),
+                "main",
+            )
+    judged, bad, names = report["convergence_summary"](errors)
+    if judged:
+        text += [
+            "## Convergence",
+            "",
+            f"{bad} of {judged} main runs unconverged (training loss over the last 10% of the "
+            f"epochs more than {100 * stats['PLATEAU_REL']:g}% below the 10% before, and above "
+            f"{stats['LOSS_FLOOR']}): " + (", ".join(names) if names else "none") + ".",
+            "",
+        ]
+    controls = [f for f in fams if FAMILIES[f].tune == "inherit"]
+    if figures:
+        report["plot_errors"](errors, args.out, fams, controls)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write("\n".join(text))
+    with open(os.path.join(args.out, "tuning.json"), "w") as f:
+        json.dump(tuning, f, indent=1)
+    with open(os.path.join(args.out, "claims.json"), "w") as f:
+        json.dump(claims, f, indent=1)
+    rows = [
+        {"dataset": d, "family": fam, "n_train": n, "seed": s}
+        | {k: r.get(k) for k in ("test_error", "val_error", "train_loss", "train_error")}
+        | {"converged": r["convergence"].get("converged"), "params": r.get("params")}
+        for (d, fam, n), rs in sorted(errors.items())
+        for s, r in sorted(rs.items())
+    ]
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    mirror = os.path.join(args.out, "runs")
+    roots = (args.runs_dir, mirror)
+    landed = [0]
+
+    def after(final: bool = False) -> None:
+        new = sync(args.runs_dir, mirror)
+        landed[0] += new
+        # the tables after every run, the figures every FIGURES_EVERY runs and at the end (each
+        # commit of all PNGs would grow the history by ~1 MB)
+        write_report(args, final or (new and landed[0] % FIGURES_EVERY < new))
+        if args.commit and new:
+            commit(args.out, f"docs/results/protocol: {new} more run(s) landed ({args.stage})")
+
+    if args.stage == "report":  # copy what landed (if the runs are here), then the report
+        if os.path.isdir(args.runs_dir):
+            print(f"protocol: {sync(args.runs_dir, mirror)} new run(s) copied", flush=True)
+        write_report(args)
+        if args.commit:
+            commit(args.out, "docs/results/protocol: the runs landed so far")
+        return 0
+    # one compilation cache for the whole study (as launch/study.py)
+    os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(args.runs_dir, "xla_cache"))
+    status = 0
+    if args.stage in ("tune", "all"):
+        for dataset in args.datasets:
+            for _ in range(2):  # the single streams, then the heads that wait for them
+                chosen = chosen_hps(roots, dataset)  # every family: streams tuned earlier count
+                runs, svms, waiting = plan_tune(
+                    args.runs_dir, dataset, args.families, args.rule, chosen
+                )
+                if args.dry_run:
+                    _print(runs, svms)
+                    break
+                _svms(svms, args, after)
+                status |= _run_groups(runs, args, after)
+            if waiting:
+                print(f"protocol: {dataset}: {waiting} wait for their streams' tuning", flush=True)
+    if args.stage in ("main", "all"):
+        for dataset in args.datasets:
+            chosen = chosen_hps(roots, dataset, None)
+            runs, svms, missing = plan_main(
+                args.runs_dir, dataset, args.families, args.sizes, args.seeds, args.rule, chosen
+            )
+            if missing:
+                print(f"protocol: {dataset}: {missing} have no tuned HPs yet: left out", flush=True)
+            if args.seeds_in_one:
+                try:
+                    runs = seeds_in_one(runs)
+                except ValueError as e:
+                    print(f"protocol: error: {e}", file=sys.stderr)
+                    return 2
+            if args.dry_run:
+                _print(runs, svms)
+                continue
+            _svms(svms, args, after)
+            status |= _run_groups(runs, args, after)
+    if not args.dry_run:
+        after(final=True)
+        print(f"protocol: {landed[0]} run(s) landed in {mirror} by this command", flush=True)
+    return status
+
+
+def _print(runs, svms) -> None:
+    for r in runs:
+        print(r.command("python"))
+    for p in svms:
+        print("svm", json.dumps(p))
+
+
+report = runpy.run_path(str(REPO / "launch" / "study_report.py"), run_name="protocol_report")
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Tables and figures of the protocol study (``launch/study_protocol.py``), from records only.
+
+Every function takes the records that ``study_protocol`` gathered (a run's ``results.json``
+with ``train_loss`` / ``train_error`` / ``convergence`` / ``curve`` added) and returns Markdown
+or writes PNG files; none reads run directories.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+
+def _pct(x) -> str:
+    return f"{x:.2f}" if isinstance(x, int | float) and math.isfinite(x) else "-"
+
+
+def _p(x) -> str:
+    if not isinstance(x, int | float) or math.isnan(x):
+        return "-"
+    return f"{x:.2g}" if x >= 1e-4 else f"{x:.1e}"
+
+
+def tuning_table(dataset: str, results: dict, chosen: dict, candidates) -> str:
+    """One line per (family, candidate): held-out error and loss of the last epoch, the last
+    epoch's training loss and error, converged?; the chosen candidate in bold.
+
+    ``results``: family -> label -> record; ``chosen``: family -> :func:`choose`'s dict;
+    ``candidates``: family -> [(label, HPs)]."""
+    lines = [
+        f"Tuning on {dataset}'s 80:20 split of the training split (863 / 216), realisation 0, "
+        "seed 0; the last epoch's model; **bold** = chosen (lowest held-out error).",
+        "",
+        "| family | candidate | held-out error % | held-out loss | train loss | train error % "
+        "| converged |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for family, runs in results.items():
+        for label, _ in candidates(family):
+            r = runs.get(label)
+            pick = chosen.get(family, {}).get("label") == label
+            name = f"**{label}**" if pick else label
+            if r is None:
+                lines.append(f"| {family} | {name} | (not run yet) | | | | |")
+                continue
+            conv = r.get("convergence", {}).get("converged")
+            lines.append(
+                f"| {family} | {name} | {_pct(r.get('val_error'))} | {_pct(r.get('val_loss'))} "
+                f"| {_pct(r.get('train_loss'))} | {_pct(r.get('train_error'))} "
+                f"| {'-' if conv is None else 'yes' if conv else '**no**'} |"
+            )
+    return "\n".join(lines)
+
+
+def results_table(errors: dict, dataset: str, families: Sequence[str], need: int) -> str:
+    """Test error [%] mean ± sample std over the realisations per family and N_t, with the
+    count of runs ("(k)" when fewer than ``need``) and of unconverged runs ("u" marks)."""
+    sizes = sorted({n for d, _, n in errors if d == dataset})
+    if not sizes:
+        return ""
+    lines = [
+        "| family | " + " | ".join(f"N_t = {n}" for n in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    for family in families:
+        cells = []
+        for n in sizes:
+            runs = errors.get((dataset, family, n), {})
+            if not runs:
+                cells.append("")
+                continue
+            e = [r["test_error"] for r in runs.values()]
+            m = sum(e) / len(e)
+            sd = math.sqrt(sum((x - m) ** 2 for x in e) / (len(e) - 1)) if len(e) > 1 else 0.0
+            cell = f"{m:.2f} ± {sd:.2f}" if len(e) > 1 else f"{m:.2f}"
+            if len(e) < need:
+                cell += f" ({len(e)})"
+            bad = sum(r.get("convergence", {}).get("converged") is False for r in runs.values())
+            if bad:
+                cell += f" {bad}u"
+            cells.append(cell)
+        if any(cells):
+            lines.append(f"| {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def convergence_summary(errors: dict) -> tuple[int, int, list[str]]:
+    """(judged runs, unconverged runs, their names) of the main runs."""
+    judged, bad = 0, []
+    for (dataset, family, n), runs in sorted(errors.items()):
+        for seed, r in sorted(runs.items()):
+            c = r.get("convergence", {}).get("converged")
+            if c is None:
+                continue
+            judged += 1
+            if c is False:
+                bad.append(f"{dataset}/{family}/N_t={n}/seed {seed}")
+    return judged, len(bad), bad
+
+
+def claims_markdown(records: Sequence[dict], dataset: str) -> str:
+    """The claims of one dataset: one line per claim and N_t."""
+    mine = [r for r in records if r["dataset"] == dataset]
+    if not mine:
+        return ""
+    lines = [
+        "| claim | N_t | n | diff (points) | wins | p (primary) | p exact sign-flip "
+        "| p Holm | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in mine:
+        sd = "" if math.isnan(r["diff_sd"]) else f" ± {r['diff_sd']:.2f}"
+        v = r["verdict"]
+        v = f"**{v}**" if v in ("supported", "contradicted") else v
+        lines.append(
+            f"| {r['claim']} (`{r['better']}` - `{r['worse']}`) | {r['n_train']} | {r['n']} "
+            f"| {r['diff_mean']:+.2f}{sd} | {r['wins']}/{r['n']} | {_p(r['p'])} "
+            f"| {_p(r['p_signflip'])} | {_p(r['p_holm'])} | {v} |"
+        )
+    return "\n".join(lines)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_errors(
+    errors: dict, out: str, families: Sequence[str], controls: Sequence[str] = ()
+) -> list[str]:
+    """``error_vs_n_train_<dataset>.png``: test error vs N_t (log-log), mean ± std per family;
+    controls dotted, anchors dashed."""
+    plt = _plt()
+    written = []
+    for dataset in sorted({d for d, _, _ in errors}):
+        fig, ax = plt.subplots(figsize=(7.5, 5))
+        colours = plt.get_cmap("tab20").colors
+        for i, family in enumerate(families):
+            pts = sorted(
+                (n, rs) for (d, f, n), rs in errors.items() if d == dataset and f == family
+            )
+            if not pts:
+                continue
+            x = [n for n, _ in pts]
+            e = [[r["test_error"] for r in rs.values()] for _, rs in pts]
+            m = [max(sum(v) / len(v), 0.1) for v in e]
+            s = [
+                math.sqrt(sum((a - mm) ** 2 for a in v) / (len(v) - 1)) if len(v) > 1 else 0.0
+                for v, mm in zip(e, m)
+            ]
+            style = "--" if family in ("cnn", "svm") else ":" if family in controls else "-"
+            c = colours[i % 20]
+            ax.plot(x, m, style, marker="os^vD"[i % 5], color=c, label=family, ms=4)
+            ax.fill_between(
+                x,
+                [max(a - b, 0.1) for a, b in zip(m, s)],
+                [a + b for a, b in zip(m, s)],
+                color=c,
+                alpha=0.12,
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("training images N_t (log)")
+        ax.set_ylabel("test error % (log)")
+        ax.set_title(f"{dataset}: mean ± std over realisations (last-epoch models)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        path = os.path.join(out, f"error_vs_n_train_{dataset}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def plot_curves(groups: dict, out: str, prefix: str) -> list[str]:
+    """One PNG per (dataset, family): every run's epoch-mean training loss (solid) and
+    held-out / validation error (dotted, right axis) against its epoch. ``groups``:
+    ``(dataset, family) -> {run label: record}``."""
+    plt = _plt()
+    os.makedirs(out, exist_ok=True)
+    written = []
+    for (dataset, family), runs in sorted(groups.items()):
+        runs = {k: r for k, r in runs.items() if r.get("curve", {}).get("train")}
+        if not runs:
+            continue
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        ax2 = ax.twinx()
+        colours = plt.get_cmap("viridis")
+        for i, (label, r) in enumerate(sorted(runs.items())):
+            c = colours(i / max(1, len(runs) - 1))
+            tr = [e for e in r["curve"]["train"] if e[1] is not None]
+            conv = r.get("convergence", {}).get("converged")
+            ax.plot(
+                [e[0] for e in tr],
+                [e[1] for e in tr],
+                color=c,
+                lw=1,
+                label=label + (" (unconverged)" if conv is False else ""),
+            )
+            va = [e for e in r["curve"].get("val", []) if e[2] is not None]
+            ax2.plot([e[0] for e in va], [e[2] for e in va], ":", color=c, lw=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("training loss (epoch mean, log)")
+        ax2.set_ylabel("held-out / validation error % (dotted)")
+        ax.set_title(f"{prefix} {dataset} {family}", fontsize=9)
+        ax.legend(fontsize=5, ncol=2)
+        fig.tight_layout()
+        path = os.path.join(out, f"{prefix}_{dataset}_{family}.png")
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        written.append(path)
+    return written
