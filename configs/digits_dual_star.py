@@ -10,7 +10,8 @@ their recipes.
 
 from __future__ import annotations
 
-from configs import digits_dual, models
+from configs import digits_dual
+from invjax.configs import models
 
 
 def get_config():

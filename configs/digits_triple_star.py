@@ -8,7 +8,8 @@ Triple* rows), so the network has about one stream's parameters; recipes unchang
 
 from __future__ import annotations
 
-from configs import digits_triple, models
+from configs import digits_triple
+from invjax.configs import models
 
 
 def get_config():

@@ -11,7 +11,8 @@ phases; the slots train with seeds ``seed``, ``seed + 1``, ``seed + 2``
 
 from __future__ import annotations
 
-from configs import common, digits_dual, digits_std
+from configs import digits_dual, digits_std
+from invjax.configs import common
 
 
 def get_config():

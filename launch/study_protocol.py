@@ -106,10 +106,13 @@ class Family:
 
 
 def _ws_net_overrides() -> dict:
-    """The monomial family's network (study.py's ``_MONO``) with the WS head: the keys that the
-    WS config's model section has (the pruning and monomial output are the monomials' own)."""
-    model = sweep["load_config"]("mnist_ii_disco_ws", {}).model
-    return {k: v for k, v in study["_MONO"].items() if k.split(".", 1)[1] in model}
+    """The monomial family's network (``configs/digits_monomials.py``, study.py's ``MONO_STEM``)
+    with the WS head: the model keys of the WS config that the monomial config sets otherwise
+    (widths, kernel, scales, ...), the head excepted (the pruning and monomial keys are the
+    monomials' own)."""
+    mono = sweep["load_config"](study["MONO_STEM"], {}).model
+    ws = sweep["load_config"]("mnist_ii_disco_ws", {}).model
+    return {f"model.{k}": mono[k] for k in mono if k in ws and k != "head" and mono[k] != ws[k]}
 
 
 _STREAMS2 = (("e2", "e2_ii"), ("scale", "scale_iiws_disco"))

@@ -148,22 +148,23 @@ def fill_disk(directory: str, leave: int) -> None:
 def sigterm_after_step(n: int, patch) -> None:
     import jax
 
-    from invjax import parallel
+    from invjax.training import loop, steps
 
-    original = parallel.jit_train_step
+    original = steps.jit_steps
 
-    def jit_train_step(fn, mesh):
-        step = original(fn, mesh)
+    def jit_steps(*args, **kwargs):
+        train, evaluate, raw = original(*args, **kwargs)
 
-        def call(state, *args):
-            out = step(state, *args)
+        def call(state, *rest):
+            out = train(state, *rest)
             if int(jax.device_get(out[0].step)) == n:
                 os.kill(os.getpid(), signal.SIGTERM)
             return out
 
-        return call
+        return call, evaluate, raw
 
-    patch(parallel, "jit_train_step", jit_train_step)
+    # The loop imported the name: patch it where it is called.
+    patch(loop, "jit_steps", jit_steps)
 
 
 def pause_before_manifest(seconds: float, patch) -> None:

@@ -25,13 +25,14 @@ import numpy as np
 import pytest
 
 from invjax import checkpoint
+from invjax.configs import common as invjax_configs_common
 from invjax.training import plan
 from invjax.training.experiment import flat_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 REPO = str(CONFIGS.parent)
-common = runpy.run_path(str(CONFIGS / "common.py"))
+common = vars(invjax_configs_common)
 digits_std = runpy.run_path(str(CONFIGS / "digits_std.py"))
 
 # 100 digits (no augmentation), batch 50: 2 steps per epoch; 2 epochs per stream and 2 for the

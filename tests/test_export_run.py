@@ -14,12 +14,11 @@ import sys
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 import pytest
 
-from invjax import certificate
 from invjax import data as data_lib
+from invjax import equivariance
 from invjax import groups as G
 from invjax.export import artifact, export, load
 from invjax.layers import e2 as e2l
@@ -181,21 +180,19 @@ def test_measured_invariance_of_raw_images(monkeypatch):
     Measured: rot90 2e-7 on a C4-invariant network; a plain CNN changes by O(1)."""
     x = np.rint(_digits_test().images[:4] * 255).astype(np.uint8)[:, 1:-2, 1:-2]  # 25 x 25
     c4 = G.parse_group("C4")
-    monkeypatch.setattr(
-        certificate, "exact_elements", lambda cfg: [("rot90", c4, 1), ("rot180", c4, 2)]
-    )
-    cfg = ml_collections.ConfigDict({"name": "custom"})
+    claimed = [equivariance.Element("rot90", c4, 1), equivariance.Element("rot180", c4, 2)]
+    monkeypatch.setattr(equivariance, "exact_elements", lambda module, shape: claimed)
     stats = (np.array([0.13]), np.array([0.3]))
     net = _C4Invariant()
     v = net.init(jax.random.PRNGKey(0), np.zeros((1, 25, 25, 1), np.float32))
     program = export(net, v, (25, 25, 1), input_dtype="uint8", normalise=stats)
-    inv = artifact._invariance(program, cfg, x)
+    inv = artifact._invariance(program, net, x)
     assert inv["holds"] and max(inv["max_relative_error"].values()) < 1e-5, inv
     assert np.array_equal(artifact._raw_transform(x, c4, 2), x[:, ::-1, ::-1])
     plain = _Plain()
     pv = plain.init(jax.random.PRNGKey(1), np.zeros((1, 25, 25, 1), np.float32))
     inv = artifact._invariance(
-        export(plain, pv, (25, 25, 1), input_dtype="uint8", normalise=stats), cfg, x
+        export(plain, pv, (25, 25, 1), input_dtype="uint8", normalise=stats), plain, x
     )
     assert not inv["holds"] and min(inv["max_relative_error"].values()) > 1e-2, inv
 

@@ -410,15 +410,21 @@ def test_full_disk_on_a_real_tmpfs_at_every_write_of_a_save(tmpfs, capfd):
 
 
 def test_full_disk_on_a_real_tmpfs_stops_in_one_line_and_resumes(finished, tmpfs_24m):
-    tmpfs = tmpfs_24m
     """The command on a real 24 MiB tmpfs filled (before step 4's save) up to 8 KiB free: exit
     1, one line, no traceback, step 2 kept; with the space back, the same command resumes and
-    ends bit-identical."""
+    ends bit-identical. Which write meets the full disk first (the checkpoint's, or the run's
+    log and metrics files beside it) depends on timing: both end in the same one line."""
+    tmpfs = tmpfs_24m
     wd = os.path.join(tmpfs, "w")
     proc = run_main(wd, fault="fill_disk_at_save:4:8192")
     line = one_line_error(proc, status=1)
-    assert line.startswith(f"invjax: error: cannot save the checkpoint of step 4 in {wd}/")
-    assert "the last good checkpoint (step 2) is kept" in line
+    assert line.startswith(
+        (
+            f"invjax: error: cannot save the checkpoint of step 4 in {wd}/",
+            f"invjax: error: cannot write in {wd}",
+        )
+    ), line
+    assert "last good checkpoint (step 2) is kept" in line.lower(), line
     assert sorted(os.listdir(checkpoint.checkpoint_dir(wd))) == ["2"]
     assert checkpoint.verify_manifest(wd, 2) is None
     os.remove(os.path.join(tmpfs, faults.FILLER))

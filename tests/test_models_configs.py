@@ -129,7 +129,7 @@ def test_unknown_name_in_the_command(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "'svhn_e3' is neither a model name nor a config name" in err
-    assert "cifar10_triple" in err and "svhn_e2_ii" in err  # names what is valid
+    assert "svhn_e2_ii" in err and "python -m invjax.summary --list" in err  # what is valid
 
 
 def test_config_names_are_accepted(capsys):
