@@ -365,7 +365,7 @@ def test_phase_two_whose_sources_vanished_stops_naming_the_stage(tmp_path):
     said = []
     with pytest.raises(plan.StageError, match=r"phase 2: combination head in .* cannot start"):
         plan.execute(plan.Plan("two_phase", config, workdir, stages), say=said.append)
-    assert said[-1] == f"[3/3] phase 2: combination head in {workdir}"
+    assert said[-1].startswith(f"[3/3] phase 2: combination head in {workdir}")  # + job ETA
     assert not os.path.exists(os.path.join(workdir, "checkpoints"))
 
 
