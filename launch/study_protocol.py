@@ -5,7 +5,7 @@
         [--seeds 0,1,2,3,4,5] [--runs-dir /work/runs/study_protocol] [--out docs/results/protocol]
         [--min-steps 600] [--min-epochs 60] [--batch-size 64] [--width-divisor 2]
         [--test t|signflip|wilcoxon] [--holm-family all|claim] [--budget-minutes 0]
-        [--parallel 1] [--platform auto] [--commit] [--seeds-in-one] [--dry-run]
+        [--parallel 1] [--runs-per-gpu 1] [--platform auto] [--commit] [--seeds-in-one] [--dry-run]
 
 Protocol (``docs/results/protocol/README.md`` states it with the figures):
 
@@ -82,6 +82,9 @@ SVM_GRID = tuple((c, g) for c in (1.0, 10.0, 100.0) for g in (0.3, 1.0))  # gamm
 SIZES = (20, 50, 100, 300, 0)
 SEEDS = (0, 1, 2, 3, 4, 5)
 FIGURES_EVERY = 10  # landed runs between two redraws of the figures
+# Float32 products on every backend, so that runs on CPUs and GPUs compute the same arithmetic
+# ('default' is float32 on CPUs, identical to this, but TF32 on NVIDIA GPUs since Ampere).
+PRECISION = "highest"
 DUAL_STEPS = 2 + 1 / 4  # two streams of S steps and a head of S / 4
 TRIPLE_STEPS = 3 + 1 / 4
 
@@ -194,14 +197,16 @@ def schedule(n_train: int, rule: Rule, factor: float = 1.0) -> dict:
     """``train.*`` overrides of one run with ``n_train`` images (0 = all 1079).
 
     ``E = ceil(factor * max(min_epochs, ceil(min_steps / ceil(N / B))))`` epochs (an epoch has
-    ``ceil(N / B)`` batches), one x0.1 decay after ``round(2E/3)``, the held-out / validation
-    split evaluated every ``max(1, E // 10)`` epochs (watched only), the last epoch reported.
+    ``ceil(N / B)`` batches of ``min(B, N)``), one x0.1 decay after ``round(2E/3)``, the
+    held-out / validation split evaluated every ``max(1, E // 10)`` epochs (watched only), the
+    last epoch reported.
     """
     n = n_train or N_ALL
     per_epoch = math.ceil(n / rule.batch_size)
     epochs = math.ceil(factor * max(rule.min_epochs, math.ceil(rule.min_steps / per_epoch)))
     return {
-        "batch_size": rule.batch_size,
+        # a training set smaller than a batch is one batch (invjax refuses a larger batch)
+        "batch_size": min(rule.batch_size, n),
         "num_epochs": epochs,
         "lr_boundaries": (min(max(1, round(2 * epochs / 3)), epochs - 1),),
         "eval_every_epochs": max(1, epochs // 10),
@@ -281,6 +286,7 @@ def network_overrides(
         if fam.stem == study["MONO_STEM"]:
             ov["model.prune_epochs"] = study["prune_epochs"](train["num_epochs"])
     ov.update({f"train.{k}": v for k, v in train.items()})
+    ov["precision"] = PRECISION
     return ov
 
 
@@ -644,8 +650,31 @@ def commit(out: str, message: str) -> bool:
 
 
 def _run_groups(runs: Sequence, args, after) -> int:
-    """Train ``runs`` in order (a point's single streams before the runs that reuse them), one
-    at a time, ``after()`` after each, so that each result is copied as soon as it lands."""
+    """Train ``runs``, ``after()`` after each, so that each result is copied as it lands.
+
+    ``--parallel 1``: one at a time, in order (a point's single streams before the runs that
+    reuse them). ``--parallel P``: two waves, the single-stream runs, then the multi-stream runs
+    (whose phase 1 is among the first wave's, :func:`plan_main`), ``P`` runs side by side
+    (``--runs-per-gpu`` of them sharing a GPU): the first wave's runs each on their own, the
+    second's by point (a point's multi-stream runs may share streams with each other, in order);
+    no run starts once the budget is spent.
+    """
+    if getattr(args, "parallel", 1) > 1:
+        status = 0
+        for multi in (False, True):
+            wave = [r for r in runs if r.multi == multi]
+            if wave and not _over_budget(args):
+                status |= sweep["run_local"](
+                    wave,
+                    args.parallel,
+                    None,
+                    args.platform,
+                    per_gpu=args.runs_per_gpu,
+                    independent=not multi,
+                    on_done=lambda run, code: after(),
+                    stop=lambda: _over_budget(args),
+                )
+        return status
     status = 0
     for run in runs:
         if sweep["finished"](run):
@@ -702,6 +731,8 @@ def parse(argv: Sequence[str] | None):
     p.add_argument("--holm-family", choices=("all", "claim"), default="all")
     p.add_argument("--budget-minutes", type=float, default=0.0, help="0 = none")
     p.add_argument("--platform", choices=("auto", "cpu", "gpu"), default="auto")
+    p.add_argument("--parallel", type=int, default=1, help="runs side by side")
+    p.add_argument("--runs-per-gpu", type=int, default=1, help="parallel runs sharing one GPU")
     p.add_argument("--commit", action="store_true", help="commit OUT after every group")
     p.add_argument("--seeds-in-one", action="store_true", help="K seeds per invocation")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -726,7 +757,7 @@ def parse(argv: Sequence[str] | None):
         if args.budget_minutes < 0:
             raise ValueError(f"--budget-minutes={args.budget_minutes} is invalid: it must be >= 0")
         if args.stage not in ("report",) and not args.dry_run:
-            sweep["slot_envs"](1, 1, args.platform)
+            sweep["slot_envs"](args.parallel, 1, args.platform, args.runs_per_gpu)
     except ValueError as e:
         p.error(str(e))
     args.rule = Rule(args.min_steps, args.min_epochs, args.batch_size, args.width_divisor)

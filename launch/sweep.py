@@ -79,7 +79,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: import configs and invjax of this checkout
@@ -307,12 +307,19 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def slot_envs(parallel: int, per_run: int, platform: str = "auto") -> list[dict]:
+def slot_envs(parallel: int, per_run: int, platform: str = "auto", per_gpu: int = 1) -> list[dict]:
     """One environment per parallel slot, each pinned to its own ``per_run`` devices.
 
+    ``per_gpu``: slots that share one GPU set (small runs leave a GPU mostly idle: several
+    processes side by side fill it); each of them may then take ``0.9 / per_gpu`` of the GPU's
+    memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of JAX's default 75%. No effect on CPUs.
     ValueError naming the numbers when the GPUs do not suffice or a count is below 1.
     """
-    for name, value in (("--parallel", parallel), ("--devices-per-run", per_run)):
+    for name, value in (
+        ("--parallel", parallel),
+        ("--devices-per-run", per_run),
+        ("--runs-per-gpu", per_gpu),
+    ):
         if value < 1:
             raise ValueError(f"{name}={value} is invalid: it must be an integer >= 1")
     gpus = visible_gpus() if platform in ("auto", "gpu") else []
@@ -320,14 +327,19 @@ def slot_envs(parallel: int, per_run: int, platform: str = "auto") -> list[dict]
         raise ValueError("--platform=gpu but no GPU is visible (CUDA_VISIBLE_DEVICES, nvidia-smi)")
     envs = []
     if gpus:
-        if parallel * per_run > len(gpus):
+        sets = -(-parallel // per_gpu)
+        if sets * per_run > len(gpus):
+            shared = f" / --runs-per-gpu={per_gpu}" if per_gpu > 1 else ""
             raise ValueError(
-                f"--parallel={parallel} x --devices-per-run={per_run} needs "
-                f"{parallel * per_run} GPUs, but {len(gpus)} are visible ({','.join(gpus)})"
+                f"--parallel={parallel}{shared} x --devices-per-run={per_run} needs "
+                f"{sets * per_run} GPUs, but {len(gpus)} are visible ({','.join(gpus)})"
             )
         for k in range(parallel):
-            mine = gpus[k * per_run : (k + 1) * per_run]
-            envs.append(dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(mine)))
+            first = (k // per_gpu) * per_run
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(gpus[first : first + per_run]))
+            if per_gpu > 1:
+                env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 / per_gpu:.3f}"
+            envs.append(env)
         return envs
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform" not in f]
     flags.append(f"--xla_force_host_platform_device_count={per_run}")
@@ -382,16 +394,31 @@ class _Stopper:
 
 
 def run_local(
-    runs: Sequence[Run], parallel: int = 1, per_run: int | None = None, platform: str = "auto"
+    runs: Sequence[Run],
+    parallel: int = 1,
+    per_run: int | None = None,
+    platform: str = "auto",
+    *,
+    per_gpu: int = 1,
+    independent: bool = False,
+    on_done: Callable[[Run, int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> int:
     """Run the sweep here: points side by side on ``parallel`` slots, finished runs skipped.
 
+    ``per_gpu``: slots sharing a GPU (:func:`slot_envs`). ``independent``: every run is a group
+    of its own (the caller ordered the runs so that none needs another of the same call), not
+    the runs of one point in one slot. ``on_done(run, status)`` is called after each run, one
+    call at a time; no run starts once ``stop()`` is true (those running finish).
     Returns 0, 1 if a command failed, or 128 + n after signal n (module docstring).
     """
-    envs = slot_envs(parallel, per_run or 1, platform) if parallel > 1 or per_run else [None]
+    envs = (
+        slot_envs(parallel, per_run or 1, platform, per_gpu) if parallel > 1 or per_run else [None]
+    )
     todo = [r for r in runs if not finished(r)]
     print(f"{len(runs) - len(todo)} of {len(runs)} runs finished already (skipped)", flush=True)
-    groups = by_point(todo)
+    groups = [[r] for r in todo] if independent else by_point(todo)
+    done_lock = threading.Lock()
     jobs: queue.Queue = queue.Queue()
     for group in groups:
         jobs.put(group)
@@ -431,15 +458,21 @@ def run_local(
                 stopped.append(cmd)
             elif status:
                 failed.append(cmd)
+        if on_done is not None:
+            with done_lock:
+                on_done(run, status)
+
+    def halted() -> bool:
+        return stopper.signum is not None or (stop is not None and stop())
 
     def worker(slot: int, env) -> None:
-        while stopper.signum is None:
+        while not halted():
             try:
                 group = jobs.get_nowait()
             except queue.Empty:
                 return
             for run in group:  # in order: the single-stream runs first (phase-1 reuse)
-                if stopper.signum is not None:
+                if halted():
                     return
                 one(run, env, slot)
 

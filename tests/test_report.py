@@ -222,6 +222,13 @@ def test_sweep_local_pins_devices_and_slots(monkeypatch):
     assert envs[0]["JAX_PLATFORMS"] == "cpu" and len(envs) == 2
     with pytest.raises(ValueError, match=r"--devices-per-run=0 is invalid"):
         sweep.slot_envs(1, 0, "cpu")
+    # small runs side by side on one GPU, each with its share of its memory
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    envs = sweep.slot_envs(5, 1, "gpu", per_gpu=3)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "0", "0", "1", "1"]
+    assert {e["XLA_PYTHON_CLIENT_MEM_FRACTION"] for e in envs} == {"0.300"}
+    with pytest.raises(ValueError, match=r"--parallel=7 / --runs-per-gpu=3 x --devices-per-run=1"):
+        sweep.slot_envs(7, 1, "gpu", per_gpu=3)
 
 
 def test_sweep_local_runs_side_by_side_and_resumes(tmp_path):

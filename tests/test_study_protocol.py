@@ -38,6 +38,8 @@ def test_rule_gives_min_steps_and_epochs_and_reports_the_last_epoch(n):
     assert 0 < s["lr_boundaries"][0] < s["num_epochs"]
     h = P["head_schedule"](n, RULE)
     assert h["num_epochs"] == max(2, math.ceil(s["num_epochs"] / 4))
+    # invjax refuses a batch larger than the training set: N_t = 20 trains on batches of 20
+    assert s["batch_size"] == min(RULE.batch_size, n or P["N_ALL"])
     assert P["schedule"](n, RULE, 2.25)["num_epochs"] == math.ceil(2.25 * s["num_epochs"])
 
 
@@ -170,6 +172,33 @@ def test_resume_runs_only_unfinished_runs(tmp_path, monkeypatch):
     assert [[(r.experiment, r.point) for r in g] for g in called] == [
         [("e2_ii", ("scaled_digits", 20, 1))]
     ]
+
+
+def test_parallel_runs_single_streams_first_each_alone_then_multi_streams_by_point(
+    tmp_path, monkeypatch
+):
+    """--parallel P: one wave of the single-stream runs (each its own group), then one of the
+    multi-stream runs grouped by point; the budget and --runs-per-gpu reach the sweep."""
+    runs, _, _ = P["plan_main"](
+        str(tmp_path),
+        "scaled_digits",
+        ["wrn_std", "e2_ii", "dual"],
+        [20],
+        [0, 1],
+        RULE,
+        _all_chosen(),
+    )
+    calls = []
+    monkeypatch.setitem(P["sweep"], "run_local", lambda w, *a, **k: calls.append((w, a, k)) or 0)
+    args = type("A", (), {"budget_minutes": 0, "platform": "gpu", "parallel": 4})()
+    args.runs_per_gpu = 4
+    assert P["_run_groups"](runs, args, lambda: None) == 0
+    (first, a1, k1), (second, _, k2) = calls
+    assert {r.experiment for r in first} == {"wrn_std", "e2_ii"} and len(first) == 4
+    assert [r.experiment for r in second] == ["dual", "dual"]
+    assert a1 == (4, None, "gpu") and k1["per_gpu"] == 4
+    assert k1["independent"] is True and k2["independent"] is False
+    assert k1["stop"]() is False
 
 
 def test_sync_copies_small_results_once_and_report_gives_verdicts(tmp_path):
