@@ -15,10 +15,18 @@
 # 6. the sample-complexity study's largest networks (launch/study.py: STUDY_FAMILIES at
 #    STUDY_SIZES, STUDY_SEEDS on STUDY_DATASETS, the CPU study's widths and steps), so that GPU
 #    figures stand beside the CPU study's in docs/results/.
+# 7. K models in one program against K separate runs on the GPU, whole processes and the train
+#    step alone, loop against vmap (benchmarks/many_models.py; docs/many_models.md);
+# 8. the reviewer's protocol (launch/study_protocol.py, docs/results/protocol/): PROTOCOL_STAGE
+#    of PROTOCOL_FAMILIES on PROTOCOL_DATASETS, K seeds per program, PROTOCOL_PARALLEL runs side
+#    by side on the one GPU, no new run after PROTOCOL_BUDGET_MIN minutes; its small results land
+#    in PROTOCOL_OUT/runs (default docs/results/protocol: bring them back and commit them);
+#    PROTOCOL_ARGS adds flags (e.g. --sizes 20 --seeds 0,1).
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
 # rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, STUDY_* and the *_S limits can
 # be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
-# precision_svhn, precision_cifar10, scale_lowering, throughput, peers, study), e.g. on an H100:
+# precision_svhn, precision_cifar10, scale_lowering, throughput, peers, study, many_models_step,
+# many_models, protocol), e.g. on an H100:
 #
 #   ONLY=precision_layers,precision_svhn,precision_cifar10 bash benchmarks/accelerator_check.sh OUT
 #
@@ -67,4 +75,15 @@ step study "${STUDY_S:-420}" python3 launch/study.py --out "$out/study" \
   --runs-dir "${STUDY_RUNS:-$out/study_runs}" --datasets "${STUDY_DATASETS:-scaled_digits}" \
   --sizes "${STUDY_SIZES:-0}" --seeds "${STUDY_SEEDS:-0}" \
   --families "${STUDY_FAMILIES:-wrn_std,e2_ii,scale_iiws_disco,dual,triple}"
+step many_models_step "${MM_STEP_S:-70}" python3 benchmarks/many_models.py --platform=gpu \
+  --per-step --seeds="${MM_STEP_SEEDS:-0,1,2,3,4,5}" --steps=20 --json "$out/many_models_step.json"
+step many_models "${MM_S:-150}" python3 benchmarks/many_models.py --platform=gpu \
+  --strategies=loop,vmap --seeds="${MM_SEEDS:-0,1,2,3,4,5}" --epochs="${MM_EPOCHS:-10}" \
+  --json "$out/many_models.json"
+step protocol "${PROTOCOL_S:-420}" python3 launch/study_protocol.py --stage "${PROTOCOL_STAGE:-main}" \
+  --datasets "${PROTOCOL_DATASETS:-scaled_digits}" \
+  --families "${PROTOCOL_FAMILIES:-e2_pool,e2_ii,wrn_std,cnn}" --seeds-in-one \
+  --parallel "${PROTOCOL_PARALLEL:-6}" --runs-per-gpu "${PROTOCOL_PARALLEL:-6}" \
+  --budget-minutes "${PROTOCOL_BUDGET_MIN:-5}" --runs-dir "${PROTOCOL_RUNS:-/tmp/protocol_runs}" \
+  --out "${PROTOCOL_OUT:-docs/results/protocol}" ${PROTOCOL_ARGS:-}
 exit 0
