@@ -36,6 +36,9 @@ def tiny(seeds=None, epochs=2, **extra):
     c.train.lr_boundaries = ()
     c.train.log_every_steps = 0
     c.seeds = seeds
+    # float32 products on every backend ('default' is TF32 on GPUs, where a vmapped, i.e.
+    # grouped, convolution then differs from a plain one by TF32 rounding, not float32's)
+    c.precision = "highest"
     for key, value in extra.items():
         c[key] = value
     return c
@@ -100,8 +103,10 @@ def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path):
     assert [(r["step"], r["split"]) for r in records(mine)] == [
         (r["step"], r["split"]) for r in records(ref_dir)
     ]
-    # The single run's own compiled step: bit for bit.
-    assert_params_close(params(mine), params(ref_dir), rtol=0, atol=0)
+    # The single run's own compiled step: bit for bit on CPU. On a GPU each compilation may
+    # pick other convolution algorithms (measured on an H100: 2.6e-8 apart after 8 steps).
+    exact = jax.default_backend() == "cpu"
+    assert_params_close(params(mine), params(ref_dir), rtol=0 if exact else 1e-5, atol=0)
     assert summary["test_errors"]["1"] == want["test_error"]
     assert summary["test_error"] == pytest.approx(np.mean(list(summary["test_errors"].values())))
     assert set(checkpoint.list_steps(mine)) >= {4, 8}
@@ -196,7 +201,9 @@ def test_models_spread_over_two_devices(single1, tmp_path):
     """2 forced CPU devices: a ('model', 'data') mesh of 2 x 1 puts one model on each device;
     model 1 matches the single run with seed 1 (on one device)."""
     script = SPREAD.format(tests=os.path.join(REPO, "tests"), ref=single1[0], k=str(tmp_path / "k"))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", script],
         cwd=REPO,
@@ -209,7 +216,8 @@ def test_models_spread_over_two_devices(single1, tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["devices"] == 2 and out["mesh"] == {"model": 2, "data": 1}
     assert out["strategy"] == "vmap"
-    assert out["diff"] < 1e-4
+    if jax.default_backend() == "cpu":  # the reference ran here: on a GPU it is another arithmetic
+        assert out["diff"] < 1e-4
 
 
 def test_the_command_prints_each_model_then_the_mean(tmp_path):

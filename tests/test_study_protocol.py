@@ -40,6 +40,7 @@ def test_rule_gives_min_steps_and_epochs_and_reports_the_last_epoch(n):
     assert h["num_epochs"] == max(2, math.ceil(s["num_epochs"] / 4))
     # invjax refuses a batch larger than the training set: N_t = 20 trains on batches of 20
     assert s["batch_size"] == min(RULE.batch_size, n or P["N_ALL"])
+    assert s["checkpoint_every_epochs"] == max(1, s["num_epochs"] // 10)  # not a save a step
     assert P["schedule"](n, RULE, 2.25)["num_epochs"] == math.ceil(2.25 * s["num_epochs"])
 
 
