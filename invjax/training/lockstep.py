@@ -207,8 +207,8 @@ def _run(exps, strategy: str, request: StopRequest, primary: bool, say) -> list[
         if request.signum is not None:
             raise Interrupted(request.signum)
         shared: dict[str, SharedSteps] = {}
-        for exp in exps:
-            lp = loop_lib._Loop(exp, request)
+        for k, exp in enumerate(exps):  # every line a model prints starts with its seed
+            lp = loop_lib._Loop(exp, request, label=f"seed {exp.config.seed}", position=k)
             loops.append(lp)
             key = step_key(exp)
             shared.setdefault(key, SharedSteps(exp)).bind(lp)

@@ -132,7 +132,8 @@ class _Loop:
     """The training loop of one :class:`Experiment` (``meta``: module docstring); :func:`run` is
     its entry point."""
 
-    def __init__(self, exp: Experiment, stop: StopRequest | None = None):
+    def __init__(self, exp: Experiment, stop: StopRequest | None = None, label=None, position=None):
+        """``label``/``position``: this model's among the K of one command (:class:`Reporter`)."""
         self.t_init = time.perf_counter()
         self.first_step_s = None  # loop start -> first finished step (compilation included)
         self.exp, self.tc, self.ds, self.mesh = exp, exp.config.train, exp.dataset, exp.mesh
@@ -175,6 +176,8 @@ class _Loop:
             learning_rate=lr_schedule(
                 self.tc.learning_rate, self.tc.lr_boundaries, self.tc.lr_decay_factor, self.spe
             ),
+            label=label,
+            position=position,
         )
         # The subset's statistics are arguments of the steps, not constants: the compiled
         # programs serve other seeds too (JAX's persistent cache; invjax.training.many).
