@@ -44,7 +44,7 @@ from invjax.logging_utils import METRICS_FILE, Reporter, hparams, read_records
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
 from invjax.training.optimizer import lr_schedule
-from invjax.training.signals import Interrupted, Stopped, StopRequest
+from invjax.training.signals import Interrupted, Stopped, StopRequest, StopVote
 from invjax.training.state import best_variables, initial_state, state_factory
 from invjax.training.steps import batch_indices, evaluate, jit_steps, with_stats
 
@@ -278,7 +278,9 @@ class _Loop:
             self.reporter.message(
                 f"resuming from the checkpoint of step {self.step} in {self.writer.directory}"
             )
-        if self.stop.signum is not None:  # arrived while compiling: no step to finish
+        # Several processes stop at one agreed step (signals.StopVote); one reads its request.
+        vote = StopVote(self.stop, self.mesh)
+        if vote.now():  # arrived while compiling: no step to finish
             self.stop_here(None)
         pending = None
         while self.step < self.exp.num_steps:
@@ -301,9 +303,9 @@ class _Loop:
                     self.epoch_end()
                 if save:
                     self.save()
-            if self.stop.signum is not None:
+            if vote.step():
                 self.stop_here(pending)
-        if self.stop.signum is not None:  # after the last step: its checkpoint is saved
+        if vote.now():  # after the last step: its checkpoint is saved
             self.stop_here(None)
 
     def stop_here(self, pending) -> None:
