@@ -25,6 +25,11 @@ from invjax import precision as P
 BOUND = 1e-5
 #: Test images the certificate uses.
 N_IMAGES = 16
+#: The note of a certificate (and of an exported model's) when no group element is exact.
+NO_EXACT_ELEMENTS = (
+    "this architecture guarantees no exact invariance of its logits (only E(2) networks with an "
+    "invariant head are exact, to the 90-degree rotations and flips of their last group)"
+)
 
 
 def certify(model, variables, images, mean, std, precisions=(P.EXACT,)) -> dict:
@@ -45,11 +50,7 @@ def certify(model, variables, images, mean, std, precisions=(P.EXACT,)) -> dict:
         "by_precision": {},
     }
     if not elements:
-        out["note"] = (
-            "this architecture guarantees no exact invariance of its logits (only E(2) networks "
-            "with an invariant head are exact, to the 90-degree rotations and flips of their "
-            "last group)"
-        )
+        out["note"] = NO_EXACT_ELEMENTS
         return out
     # Normalising each channel commutes with moving pixels: transforms act on the [0, 1] images
     # or on the normalised ones alike.

@@ -184,10 +184,15 @@ class Reporter:
         enabled: bool = True,
         interactive: bool | None = None,
         learning_rate: Callable[[int], float] | None = None,
+        label: str | None = None,
+        position: int | None = None,
     ):
         """``learning_rate(count)``: the rate of the update after ``count`` updates (an optax
-        schedule), logged with the running figures."""
+        schedule), logged with the running figures. ``label`` (e.g. ``'seed 3'``, one of the K
+        models of ``--config.seeds``) starts every line this reporter prints (``'seed 3: step
+        4/8 ...'``) and names its bar, which stands on line ``position`` of the K bars."""
         self.enabled = enabled
+        self._prefix = f"{label}: " if label else ""
         self._lr = learning_rate
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
@@ -211,7 +216,13 @@ class Reporter:
             from tqdm import tqdm
 
             self._bar = tqdm(
-                total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, leave=True
+                total=total_steps,
+                initial=start_step,
+                unit="step",
+                dynamic_ncols=True,
+                leave=True,
+                desc=label,
+                position=position,
             )
 
     def eta(self, step: int, now: float) -> float:
@@ -249,7 +260,8 @@ class Reporter:
             epoch = step / self.steps_per_epoch
             rate = "" if lr is None else f"lr {lr:.3g} "
             print(
-                f"step {step}/{self.total_steps} (epoch {epoch:.2f}): loss {loss_avg:.4f} "
+                f"{self._prefix}step {step}/{self.total_steps} (epoch {epoch:.2f}): "
+                f"loss {loss_avg:.4f} "
                 f"error {err_avg:.2f}% {rate}ETA {format_duration(self.eta(step, now))} "
                 f"{ips:.0f} images/s",
                 flush=True,
@@ -291,6 +303,7 @@ class Reporter:
     def message(self, text: str) -> None:
         if not self.enabled:
             return
+        text = self._prefix + text  # a banner's first line only: its others are indented
         if self._bar is not None:
             self._bar.write(text, file=sys.stderr)
         else:

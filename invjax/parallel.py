@@ -74,6 +74,11 @@ def initialize_distributed(multi_host: bool = False) -> bool:
         return True
     args = distributed_args()
     if multi_host or args:
+        # JAX's preemption service would install its own C handler of SIGTERM here, replacing
+        # the run's (invjax.training.signals), and the run would go on to its end. The run's
+        # handler keeps SIGTERM (and SIGINT); its processes agree on the stop step themselves
+        # (signals.StopVote). orbax reads "no preemption" when the service is off.
+        jax.config.update("jax_enable_preemption_service", False)
         jax.distributed.initialize(**args)
         _initialized = True
     return _initialized

@@ -61,6 +61,7 @@ from collections.abc import Sequence
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sweep = runpy.run_path(str(REPO / "launch" / "sweep.py"), run_name="study_sweep")
+plots = runpy.run_path(str(REPO / "launch" / "study_plots.py"), run_name="study_plots")
 
 DATASETS = ("scaled_digits", "rotscaled_digits")
 N_ALL = 1079  # the digits' training split
@@ -204,12 +205,16 @@ SVM_C = (1.0, 10.0, 100.0)
 SVM_GAMMA = (0.3, 1.0, 3.0)  # times scikit-learn's 'scale': 1 / (n_features * var(X_train))
 
 
-def run_svm(point: dict) -> dict:
-    """RBF-SVM on the point's exact splits, C and gamma chosen on validation; writes results.json.
+def svm_fit(point: dict, grid: Sequence[tuple[float, float]]):
+    """RBF-SVMs on the point's exact splits (``data.*`` keys, ``seed``; ``data.val_source`` /
+    ``data.val_fraction`` where given): one per ``(C, gamma x scale)`` of ``grid``, the lowest
+    validation error kept (ties: the first). scikit-learn's 'scale' is
+    ``1 / (n_features var(X_train))``; pixels standardised by the training split's mean and std
+    (as the networks' inputs). Returns ``(fit, error)``: ``fit`` has ``ds``, ``cfg``, ``clf``,
+    ``C``, ``gamma`` (absolute), ``val_error``, ``t0``; ``error(split)`` is the error [%] of
+    ``'train'``, ``'val'`` or ``'test'``."""
+    import types
 
-    Pixels standardised by the training split's mean and std (as the networks' inputs).
-    """
-    import ml_collections
     import numpy as np
     from sklearn.svm import SVC
 
@@ -217,26 +222,39 @@ def run_svm(point: dict) -> dict:
 
     t0 = time.perf_counter()
     cfg = data.default_config()
-    cfg.name = point["data.name"]
-    cfg.n_train = point["data.n_train"]
-    cfg.seed = point["seed"]
+    cfg.name, cfg.n_train, cfg.seed = point["data.name"], point["data.n_train"], point["seed"]
     cfg.realisation = point["data.realisation"]
+    if "data.val_source" in point:
+        cfg.val_source, cfg.val_fraction = point["data.val_source"], point["data.val_fraction"]
     ds = data.load(cfg)
     flat = lambda s: ((s.images.reshape(len(s), -1) - ds.mean[0]) / ds.std[0]).astype(np.float64)
-    xtr, xva, xte = flat(ds.train), flat(ds.val), flat(ds.test)
-    base_gamma = 1.0 / (xtr.shape[1] * xtr.var())
+    x = {"train": flat(ds.train), "val": flat(ds.val), "test": flat(ds.test)}
+    scale = 1.0 / (x["train"].shape[1] * x["train"].var())
     best = None
-    for c in SVM_C:
-        for g in SVM_GAMMA:
-            clf = SVC(C=c, gamma=g * base_gamma, kernel="rbf").fit(xtr, ds.train.labels)
-            err = 100.0 * float(np.mean(clf.predict(xva) != ds.val.labels))
-            if best is None or err < best[0]:  # ties: the first (smaller C, then gamma)
-                best = (err, c, g * base_gamma, clf)
-    val_err, c, gamma, clf = best
-    test_err = 100.0 * float(np.mean(clf.predict(xte) != ds.test.labels))
+    for c, g in grid:
+        clf = SVC(C=c, gamma=g * scale, kernel="rbf").fit(x["train"], ds.train.labels)
+        err = 100.0 * float(np.mean(clf.predict(x["val"]) != ds.val.labels))
+        if best is None or err < best[0]:
+            best = (err, c, g * scale, clf)
+    val_error, c, gamma, clf = best
+
+    def error(split: str) -> float:
+        return 100.0 * float(np.mean(clf.predict(x[split]) != getattr(ds, split).labels))
+
+    fit = types.SimpleNamespace(
+        ds=ds, cfg=cfg, clf=clf, C=c, gamma=gamma, val_error=val_error, t0=t0
+    )
+    return fit, error
+
+
+def write_svm_results(point: dict, fit, errors: dict, hps: dict) -> dict:
+    """``point['workdir']/results.json`` of an SVM fit, as a run's: ``errors``, the model's
+    size and splits, ``hps`` (how C and gamma were set), the data config and the wall time."""
+    import ml_collections
+
+    clf, ds = fit.clf, fit.ds
     results = {
-        "test_error": test_err,
-        "val_error": val_err,
+        **errors,
         "params": int(clf.support_vectors_.size + clf.dual_coef_.size + clf.intercept_.size),
         "n_train": len(ds.train),
         "n_val": len(ds.val),
@@ -244,11 +262,9 @@ def run_svm(point: dict) -> dict:
         "seed": point["seed"],
         "dataset": ds.name,
         "model": "rbf_svm",
-        "svm_C": c,
-        "svm_gamma": gamma,
-        "svm_grid": {"C": list(SVM_C), "gamma_times_scale": list(SVM_GAMMA)},
-        "config": ml_collections.ConfigDict(cfg).to_dict(),
-        "wall_time_s": time.perf_counter() - t0,
+        **hps,
+        "config": ml_collections.ConfigDict(fit.cfg).to_dict(),
+        "wall_time_s": time.perf_counter() - fit.t0,
     }
     os.makedirs(point["workdir"], exist_ok=True)
     tmp = os.path.join(point["workdir"], "results.json.tmp")
@@ -256,6 +272,22 @@ def run_svm(point: dict) -> dict:
         json.dump(results, f, indent=1)
     os.replace(tmp, os.path.join(point["workdir"], "results.json"))
     return results
+
+
+def run_svm(point: dict) -> dict:
+    """RBF-SVM on the point's exact splits, C and gamma chosen on validation over
+    :data:`SVM_C` x :data:`SVM_GAMMA` (:func:`svm_fit`); writes results.json."""
+    fit, error = svm_fit(point, [(c, g) for c in SVM_C for g in SVM_GAMMA])
+    return write_svm_results(
+        point,
+        fit,
+        {"test_error": error("test"), "val_error": fit.val_error},
+        {
+            "svm_C": fit.C,
+            "svm_gamma": fit.gamma,
+            "svm_grid": {"C": list(SVM_C), "gamma_times_scale": list(SVM_GAMMA)},
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- aggregation
@@ -395,54 +427,33 @@ def paired_table(records: Sequence[dict], dataset: str) -> str:
 
 def plot(rows: Sequence[dict], out: str) -> list[str]:
     """One PNG per dataset: test error [%] vs N_t, log-log, mean +- std band per family."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
     written = []
     for dataset in sorted({r["dataset"] for r in rows}):
         curves: dict[str, list[dict]] = {}
         for r in rows:
             if r["dataset"] == dataset and math.isfinite(r["test_error_mean"]):
                 curves.setdefault(r["experiment"], []).append(r)
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        colours = plt.get_cmap("tab20").colors  # 13 families: the default 10 colours repeat
+        lines = []
         for i, (family, rs) in enumerate(curves.items()):
             rs = sorted(rs, key=lambda r: r["n_train"])
             x = [r["n_train"] for r in rs]
             m = [max(r["test_error_mean"], 0.1) for r in rs]
             s = [r["test_error_std"] for r in rs]
-            style = "--" if family in ("cnn", "svm") else "-"
-            ax.plot(x, m, style, marker="os^vD"[i % 5], color=colours[i % 20], label=family)
-            ax.fill_between(
-                x,
-                [max(a - b, 0.1) for a, b in zip(m, s)],
-                [a + b for a, b in zip(m, s)],
-                color=colours[i % 20],
-                alpha=0.15,
-            )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        percent = FuncFormatter(lambda v, _: f"{v:g}%")
-        ax.yaxis.set_major_formatter(percent)
-        ax.yaxis.set_minor_formatter(percent)
-        ax.tick_params(axis="y", which="minor", labelsize=7)
-        sizes = sorted({r["n_train"] for rs in curves.values() for r in rs})
-        ax.set_xticks(sizes)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("training images N_t (log)")
-        ax.set_ylabel("test error (log, %)")
-        ax.set_title(f"{dataset}: mean ± std over seeds")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
+            lines.append((family, x, m, s, "--" if family in ("cnn", "svm") else "-", i))
         path = os.path.join(out, f"error_vs_n_train_{dataset}.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(
+            plots["error_figure"](
+                lines,
+                path,
+                title=f"{dataset}: mean ± std over seeds",
+                ylabel="test error (log, %)",
+                figsize=(6.5, 4.5),
+                dpi=110,
+                band_alpha=0.15,
+                legend_fontsize=7,
+                percent_ticks=True,
+            )
+        )
     return written
 
 

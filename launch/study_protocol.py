@@ -431,47 +431,12 @@ def seeds_in_one(runs: Sequence) -> list:
 
 def run_svm(point: dict) -> dict:
     """The RBF-SVM with fixed ``svm_C`` and ``svm_gamma`` (x scikit-learn's 'scale', i.e.
-    ``1 / (784 var(X_train))``) on the point's exact splits; writes ``results.json``."""
-    import ml_collections
-    import numpy as np
-    from sklearn.svm import SVC
-
-    from invjax import data
-
-    t0 = time.perf_counter()
-    cfg = data.default_config()
-    cfg.name, cfg.n_train, cfg.seed = point["data.name"], point["data.n_train"], point["seed"]
-    cfg.realisation = point["data.realisation"]
-    if "data.val_source" in point:
-        cfg.val_source, cfg.val_fraction = point["data.val_source"], point["data.val_fraction"]
-    ds = data.load(cfg)
-    flat = lambda s: ((s.images.reshape(len(s), -1) - ds.mean[0]) / ds.std[0]).astype(np.float64)
-    xtr, xva, xte = flat(ds.train), flat(ds.val), flat(ds.test)
-    gamma = point["svm_gamma"] / (xtr.shape[1] * xtr.var())
-    clf = SVC(C=point["svm_C"], gamma=gamma, kernel="rbf").fit(xtr, ds.train.labels)
-    err = lambda x, y: 100.0 * float(np.mean(clf.predict(x) != y))  # noqa: E731
-    results = {
-        "test_error": err(xte, ds.test.labels),
-        "val_error": err(xva, ds.val.labels),
-        "train_error": err(xtr, ds.train.labels),
-        "params": int(clf.support_vectors_.size + clf.dual_coef_.size + clf.intercept_.size),
-        "n_train": len(ds.train),
-        "n_val": len(ds.val),
-        "n_test": len(ds.test),
-        "seed": point["seed"],
-        "dataset": ds.name,
-        "model": "rbf_svm",
-        "svm_C": point["svm_C"],
-        "svm_gamma_times_scale": point["svm_gamma"],
-        "config": ml_collections.ConfigDict(cfg).to_dict(),
-        "wall_time_s": time.perf_counter() - t0,
-    }
-    os.makedirs(point["workdir"], exist_ok=True)
-    tmp = os.path.join(point["workdir"], "results.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=1)
-    os.replace(tmp, os.path.join(point["workdir"], "results.json"))
-    return results
+    ``1 / (784 var(X_train))``) on the point's exact splits (``launch/study.py``'s
+    ``svm_fit``); writes ``results.json``."""
+    fit, error = study["svm_fit"](point, [(point["svm_C"], point["svm_gamma"])])
+    errors = {split + "_error": error(split) for split in ("test", "val", "train")}
+    hps = {"svm_C": point["svm_C"], "svm_gamma_times_scale": point["svm_gamma"]}
+    return study["write_svm_results"](point, fit, errors, hps)
 
 
 # ----------------------------------------------------------------------------- results

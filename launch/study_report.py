@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import math
 import os
+import runpy
 from collections.abc import Sequence
+
+plots = runpy.run_path(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "study_plots.py"),
+    run_name="report_plots",
+)
 
 
 def _pct(x) -> str:
@@ -121,25 +127,14 @@ def claims_markdown(records: Sequence[dict], dataset: str) -> str:
     return "\n".join(lines)
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_errors(
     errors: dict, out: str, families: Sequence[str], controls: Sequence[str] = ()
 ) -> list[str]:
     """``error_vs_n_train_<dataset>.png``: test error vs N_t (log-log), mean ± std per family;
     controls dotted, anchors dashed."""
-    plt = _plt()
     written = []
     for dataset in sorted({d for d, _, _ in errors}):
-        fig, ax = plt.subplots(figsize=(7.5, 5))
-        colours = plt.get_cmap("tab20").colors
+        lines = []
         for i, family in enumerate(families):
             pts = sorted(
                 (n, rs) for (d, f, n), rs in errors.items() if d == dataset and f == family
@@ -154,27 +149,20 @@ def plot_errors(
                 for v, mm in zip(e, m)
             ]
             style = "--" if family in ("cnn", "svm") else ":" if family in controls else "-"
-            c = colours[i % 20]
-            ax.plot(x, m, style, marker="os^vD"[i % 5], color=c, label=family, ms=4)
-            ax.fill_between(
-                x,
-                [max(a - b, 0.1) for a, b in zip(m, s)],
-                [a + b for a, b in zip(m, s)],
-                color=c,
-                alpha=0.12,
+            lines.append((family, x, m, s, style, i))
+        written.append(
+            plots["error_figure"](
+                lines,
+                os.path.join(out, f"error_vs_n_train_{dataset}.png"),
+                title=f"{dataset}: mean ± std over realisations (last-epoch models)",
+                ylabel="test error % (log)",
+                figsize=(7.5, 5),
+                dpi=100,
+                band_alpha=0.12,
+                legend_fontsize=6,
+                marker_size=4,
             )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("training images N_t (log)")
-        ax.set_ylabel("test error % (log)")
-        ax.set_title(f"{dataset}: mean ± std over realisations (last-epoch models)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
-        fig.tight_layout()
-        path = os.path.join(out, f"error_vs_n_train_{dataset}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        )
     return written
 
 
@@ -182,7 +170,7 @@ def plot_curves(groups: dict, out: str, prefix: str) -> list[str]:
     """One PNG per (dataset, family): every run's epoch-mean training loss (solid) and
     held-out / validation error (dotted, right axis) against its epoch. ``groups``:
     ``(dataset, family) -> {run label: record}``."""
-    plt = _plt()
+    plt = plots["plt"]()
     os.makedirs(out, exist_ok=True)
     written = []
     for (dataset, family), runs in sorted(groups.items()):

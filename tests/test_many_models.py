@@ -248,6 +248,13 @@ def test_the_command_prints_each_model_then_the_mean(tmp_path):
         assert r["overrides"]["seed"] == seed and "seeds" not in r["overrides"]
         errors.append(r["test_error"])
     assert last[2] == f"test_error={np.mean(errors):.2f}%"
+    # Every progress, evaluation and final line names the model it belongs to.
+    lines = proc.stdout.splitlines()
+    for seed in (3, 4):
+        for start in ("step 4/4 (epoch 1.00): loss", "epoch 1 step 4 val: loss", "final: test"):
+            assert sum(line.startswith(f"seed {seed}: {start}") for line in lines) == 1, start
+    unlabelled = [line for line in lines if line.startswith(("step ", "epoch ", "final:"))]
+    assert not unlabelled
     with open(workdir / "seeds.json") as f:
         assert json.load(f)["test_error"] == pytest.approx(np.mean(errors))
     assert not (workdir / "invjax.lock").exists()

@@ -216,6 +216,46 @@ def test_kill_one_process_then_both_resume(multi, env, tmp_path):
     ]
 
 
+def test_sigterm_to_one_process_stops_all_at_one_saved_step(env, tmp_path):
+    """SIGTERM reaches only process 1 (a node's own signal), after the first checkpoint of a
+    long run: the processes agree on one step (invjax.training.signals.StopVote), both save
+    their shards of that step's checkpoint and stop with status 143 naming that step."""
+    workdir = str(tmp_path / "term")
+    port = free_port()
+    total = 40 * 4  # 40 epochs: far more steps than run before the signal is handled
+    procs = [
+        start(devices_env(env, 2, port, i), workdir, "--config.train.num_epochs=40")
+        for i in range(2)
+    ]
+    ckpt_dir = checkpoint.checkpoint_dir(workdir)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and all(p.poll() is None for p in procs):
+            if os.path.isdir(ckpt_dir) and any(d.isdigit() for d in os.listdir(ckpt_dir)):
+                break
+            time.sleep(0.01)
+        assert all(p.poll() is None for p in procs), "a process ended before the signal"
+        procs[1].send_signal(signal.SIGTERM)
+        # Without the agreement process 1 waits in its save for process 0, which trains on.
+        outs = [p.communicate(timeout=90) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    stopped = []
+    for i, (p, (_, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 128 + signal.SIGTERM, f"process {i}: {err[-3000:]}"
+        lines = [line for line in err.splitlines() if "stopped by SIGTERM after step" in line]
+        assert len(lines) == 1 and "checkpoint saved in" in lines[0], err[-3000:]
+        stopped.append(int(lines[0].split("after step ")[1].split()[0]))
+    step = stopped[0]
+    assert stopped == [step, step] and 2 <= step < total
+    assert checkpoint.list_steps(workdir)[-1] == step  # the last checkpoint is that step's
+    state_dir = os.path.join(ckpt_dir, str(step), "state")
+    assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state_dir))  # both saved
+
+
 def test_eight_devices_match_one_device(single, env, tmp_path):
     """A whole short run on 8 forced host devices equals the run on 1 device (and on 4)."""
     outs = {}

@@ -192,11 +192,7 @@ def _invariance(program: ExportedModel, model, images: np.ndarray) -> dict:
         "n_images": int(len(images)),
     }
     if not elements:
-        out["note"] = (
-            "this architecture guarantees no exact invariance of its logits (only E(2) networks "
-            "with an invariant head are exact, to the 90-degree rotations and flips of their "
-            "last group)"
-        )
+        out["note"] = certificate.NO_EXACT_ELEMENTS
         return out
     y = np.asarray(program(images))
     errors = {

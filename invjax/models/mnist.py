@@ -250,27 +250,24 @@ class ScaledMNISTNet(nn.Module):
         # Scale-II: BN -> ReLU -> max projection -> II (see the module docstring).
         y = nn.relu(self._project(self._bn("bn3")(x, train)))
         if self.head == "ii":
-            y = iil.ScaleInvariantIntegration(
+            ii = iil.ScaleInvariantIntegration(
                 c, self.ii_kernel_size, precision=self.precision, name="ii"
-            )(y, train)
-            if self.ii_batchnorm:
-                y = nn.BatchNorm(
-                    use_running_average=not train, momentum=self.bn_momentum, name="bn_ii"
-                )(y)
-            return y
-        y = iil.ScaleMonomialInvariantIntegration(
-            self.n_pairs,
-            kernel_size=self.ii_kernel_size,
-            max_exponent=self.monomial_max_exponent,
-            epsilon=self.ii_epsilon,
-            seed=self.monomial_seed,
-            placement=self.monomial_placement,
-            output=self.monomial_output,
-            precision=self.precision,
-            layout=self.monomial_layout,
-            divisor=self.monomial_divisor,
-            name="ii",
-        )(y, train)
+            )
+        else:
+            ii = iil.ScaleMonomialInvariantIntegration(
+                self.n_pairs,
+                kernel_size=self.ii_kernel_size,
+                max_exponent=self.monomial_max_exponent,
+                epsilon=self.ii_epsilon,
+                seed=self.monomial_seed,
+                placement=self.monomial_placement,
+                output=self.monomial_output,
+                precision=self.precision,
+                layout=self.monomial_layout,
+                divisor=self.monomial_divisor,
+                name="ii",
+            )
+        y = ii(y, train)
         if self.ii_batchnorm:
             y = nn.BatchNorm(
                 use_running_average=not train, momentum=self.bn_momentum, name="bn_ii"

@@ -44,7 +44,7 @@ from invjax import checkpoint, parallel
 from invjax.training import loop as loop_lib
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
-from invjax.training.signals import Interrupted, Stopped, StopRequest
+from invjax.training.signals import Interrupted, Stopped, StopRequest, StopVote
 from invjax.training.steps import batch_indices, jit_steps, under_precision, with_stats
 
 MODEL_AXIS = "model"
@@ -207,8 +207,8 @@ def _run(exps, strategy: str, request: StopRequest, primary: bool, say) -> list[
         if request.signum is not None:
             raise Interrupted(request.signum)
         shared: dict[str, SharedSteps] = {}
-        for exp in exps:
-            lp = loop_lib._Loop(exp, request)
+        for k, exp in enumerate(exps):  # every line a model prints starts with its seed
+            lp = loop_lib._Loop(exp, request, label=f"seed {exp.config.seed}", position=k)
             loops.append(lp)
             key = step_key(exp)
             shared.setdefault(key, SharedSteps(exp)).bind(lp)
@@ -253,7 +253,8 @@ def _train(loops, request: StopRequest, stacked: _Stacked | None) -> None:
     for lp in loops:
         _start(lp)
     pending = [None] * len(loops)
-    if request.signum is not None:
+    vote = StopVote(request, loops[0].mesh)  # several processes stop at one agreed step
+    if vote.now():
         _stop(loops, pending, request, stacked)
     while True:
         active = [k for k, lp in enumerate(loops) if lp.step < lp.exp.num_steps]
@@ -296,9 +297,9 @@ def _train(loops, request: StopRequest, stacked: _Stacked | None) -> None:
                         lp.epoch_end()
                     if save:
                         lp.save()
-        if request.signum is not None:
+        if vote.step():
             _stop(loops, pending, request, stacked)
-    if request.signum is not None:
+    if vote.now():
         _stop(loops, pending, request, stacked)
 
 

@@ -44,7 +44,7 @@ from invjax.logging_utils import METRICS_FILE, Reporter, hparams, read_records
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
 from invjax.training.optimizer import lr_schedule
-from invjax.training.signals import Interrupted, Stopped, StopRequest
+from invjax.training.signals import Interrupted, Stopped, StopRequest, StopVote
 from invjax.training.state import best_variables, initial_state, state_factory
 from invjax.training.steps import batch_indices, evaluate, jit_steps, with_stats
 
@@ -132,7 +132,8 @@ class _Loop:
     """The training loop of one :class:`Experiment` (``meta``: module docstring); :func:`run` is
     its entry point."""
 
-    def __init__(self, exp: Experiment, stop: StopRequest | None = None):
+    def __init__(self, exp: Experiment, stop: StopRequest | None = None, label=None, position=None):
+        """``label``/``position``: this model's among the K of one command (:class:`Reporter`)."""
         self.t_init = time.perf_counter()
         self.first_step_s = None  # loop start -> first finished step (compilation included)
         self.exp, self.tc, self.ds, self.mesh = exp, exp.config.train, exp.dataset, exp.mesh
@@ -175,6 +176,8 @@ class _Loop:
             learning_rate=lr_schedule(
                 self.tc.learning_rate, self.tc.lr_boundaries, self.tc.lr_decay_factor, self.spe
             ),
+            label=label,
+            position=position,
         )
         # The subset's statistics are arguments of the steps, not constants: the compiled
         # programs serve other seeds too (JAX's persistent cache; invjax.training.many).
@@ -275,7 +278,9 @@ class _Loop:
             self.reporter.message(
                 f"resuming from the checkpoint of step {self.step} in {self.writer.directory}"
             )
-        if self.stop.signum is not None:  # arrived while compiling: no step to finish
+        # Several processes stop at one agreed step (signals.StopVote); one reads its request.
+        vote = StopVote(self.stop, self.mesh)
+        if vote.now():  # arrived while compiling: no step to finish
             self.stop_here(None)
         pending = None
         while self.step < self.exp.num_steps:
@@ -298,9 +303,9 @@ class _Loop:
                     self.epoch_end()
                 if save:
                     self.save()
-            if self.stop.signum is not None:
+            if vote.step():
                 self.stop_here(pending)
-        if self.stop.signum is not None:  # after the last step: its checkpoint is saved
+        if vote.now():  # after the last step: its checkpoint is saved
             self.stop_here(None)
 
     def stop_here(self, pending) -> None:

@@ -119,3 +119,72 @@ def handle_signals():
 def command_request() -> StopRequest | None:
     """The :class:`StopRequest` of the enclosing :func:`handle_signals` block, if any."""
     return _SIGNALS.request
+
+
+class StopVote:
+    """The processes of one multi-process run agree on the step where a signal stops them.
+
+    A signal may reach the processes at different steps (or only one of them: a node's own
+    SIGTERM); a process that stopped and saved alone would leave the others waiting in their
+    next collective, and a checkpoint is a collective save of every process's shards at one
+    step. So after every step each process votes its ``request.signum`` (0 when none) and
+    every process stops where the largest vote says: :meth:`step` reads the vote of the previous
+    step (dispatched then, so reading it waits for nothing that the step's metrics did not
+    wait for already) and dispatches this step's; :meth:`now` votes and reads at once (before
+    the first step and after the last). Either returns True in every process at the same call,
+    and sets a process's unset ``request.signum`` to the agreed signal (so every process says
+    and exits the same). A signal stops the run one step later than in one process, where no
+    vote is needed (the request is read directly).
+
+    Why not orbax's ``CheckpointManager.reached_preemption`` (JAX's preemption sync manager):
+    it learns of SIGTERM from a handler that ``jax.distributed.initialize`` installs and the
+    run's own SIGTERM/SIGINT handler (:class:`StopRequest`) replaces, and it does not cover
+    SIGINT.
+    """
+
+    def __init__(self, request: StopRequest, mesh):
+        import jax
+
+        self.request = request
+        self.multi = jax.process_count() > 1
+        self.pending = None
+        if self.multi:
+            import jax.numpy as jnp
+            from jax.sharding import NamedSharding
+            from jax.sharding import PartitionSpec as P
+
+            self._jax = jax
+            self._votes = NamedSharding(mesh, P(mesh.axis_names))  # one vote per device
+            self._n = mesh.devices.size
+            self._local = len(self._votes.addressable_devices)
+            self._max = jax.jit(jnp.max, out_shardings=NamedSharding(mesh, P()))
+
+    def _dispatch(self):
+        import numpy as np
+
+        mine = np.full((self._local,), self.request.signum or 0, np.int32)
+        votes = self._jax.make_array_from_process_local_data(self._votes, mine, (self._n,))
+        return self._max(votes)
+
+    def _agree(self, result) -> bool:
+        import numpy as np
+
+        signum = int(np.asarray(result.addressable_data(0)))
+        if signum and self.request.signum is None:
+            self.request.signum = signum
+        return bool(signum)
+
+    def step(self) -> bool:
+        """After a step: stop here? (the votes of the previous step, the same in every process)"""
+        if not self.multi:
+            return self.request.signum is not None
+        previous, self.pending = self.pending, self._dispatch()
+        return previous is not None and self._agree(previous)
+
+    def now(self) -> bool:
+        """Before the first or after the last step: stop? (this call's votes, and any pending)"""
+        if not self.multi:
+            return self.request.signum is not None
+        previous, self.pending = self.pending, None
+        stop = previous is not None and self._agree(previous)
+        return self._agree(self._dispatch()) or stop
