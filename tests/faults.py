@@ -147,24 +147,29 @@ def fill_disk(directory: str, leave: int) -> None:
 
 def sigterm_after_step(n: int, patch) -> None:
     import jax
+    import numpy as np
 
-    from invjax.training import loop, steps
+    from invjax.training import lockstep, loop, steps
 
     original = steps.jit_steps
+    sent = []
 
     def jit_steps(*args, **kwargs):
         train, evaluate, raw = original(*args, **kwargs)
 
         def call(state, *rest):
             out = train(state, *rest)
-            if int(jax.device_get(out[0].step)) == n:
+            # a K-model run's vmapped state holds K step counters: the first to reach n sends
+            if not sent and int(np.max(jax.device_get(out[0].step))) == n:
+                sent.append(n)
                 os.kill(os.getpid(), signal.SIGTERM)
             return out
 
         return call, evaluate, raw
 
-    # The loop imported the name: patch it where it is called.
+    # The single and the K-model loops imported the name: patch it where it is called.
     patch(loop, "jit_steps", jit_steps)
+    patch(lockstep, "jit_steps", jit_steps)
 
 
 def pause_before_manifest(seconds: float, patch) -> None:

@@ -286,3 +286,52 @@ def test_checkpoint_every_epochs_saves_every_nth_epoch_end_and_the_last():
     bad.checkpoint_every_epochs = 0
     with pytest.raises(ValueError, match="train.checkpoint_every_epochs=0 is invalid"):
         validate_train_config(bad)
+
+
+def test_sigterm_saves_every_model_at_its_step_and_the_rerun_resumes_them(single1, tmp_path):
+    """A K-model command that receives SIGTERM after step 3 (tests/faults.py) saves each model
+    at step 3 and exits 143; the same command resumes both, and model 1 ends as the single run
+    with seed 1 (bit for bit on CPU, the same compiled step)."""
+    workdir = tmp_path / "w"
+    args = [
+        "-m",
+        "invjax.main",
+        "--config=configs/digits_cnn.py",
+        f"--workdir={workdir}",
+        "--config.data.name=digits",
+        "--config.data.n_train=100",
+        "--config.model.width=4",
+        "--config.train.batch_size=32",
+        "--config.train.eval_batch_size=200",
+        "--config.train.num_epochs=2",
+        "--config.train.lr_boundaries=()",
+        "--config.train.log_every_steps=0",
+        "--config.precision=highest",
+        "--config.seeds=0,1",
+        "--config.seeds_strategy=loop",
+        "--compilation_cache=off",
+    ]
+    faults = os.path.join(REPO, "tests", "faults.py")
+    stopped = subprocess.run(
+        [sys.executable, faults, "sigterm_after_step:3", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "seed 0 after step 3, seed 1 after step 3" in stopped.stderr, stopped.stderr[-2000:]
+    for seed in (0, 1):
+        assert checkpoint.list_steps(str(workdir / f"seed_{seed}"))[-1] == 3
+        assert not (workdir / f"seed_{seed}" / "results.json").exists()
+    resumed = subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for seed in (0, 1):
+        where = workdir / f"seed_{seed}" / "checkpoints"
+        assert f"resuming from the checkpoint of step 3 in {where}" in resumed.stdout, seed
+    exact = jax.default_backend() == "cpu"
+    assert_params_close(
+        params(str(workdir / "seed_1")), params(single1[0]), rtol=0 if exact else 1e-5, atol=0
+    )
