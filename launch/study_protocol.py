@@ -761,7 +761,9 @@ def write_report(args, figures: bool = True) -> None:
     """Rewrite ``OUT/results.md``, ``tuning.json``, ``results.json``, ``claims.json`` and (with
     ``figures``) the figures from ``OUT/runs`` (the committed copy) alone."""
     mirror = os.path.join(args.out, "runs")
-    fams = args.families
+    # the whole study, whatever this invocation ran: a command for one dataset or a few families
+    # must not drop the others' tables from the report it rewrites
+    fams, datasets = tuple(FAMILIES), DATASETS
     text = [
         "# Sample-complexity study under the protocol: results",
         "",
@@ -772,7 +774,7 @@ def write_report(args, figures: bool = True) -> None:
         "",
     ]
     tuning = {}
-    for dataset in args.datasets:
+    for dataset in datasets:
         results = {
             f: tuning_results([mirror], dataset, f)
             for f in fams
@@ -808,7 +810,7 @@ def write_report(args, figures: bool = True) -> None:
     errors = main_errors(mirror)
     need = len(args.seeds)
     claims = claims_table(errors, need, args.test, args.holm_family)
-    for dataset in args.datasets:
+    for dataset in datasets:
         table = report["results_table"](errors, dataset, fams, need)
         if not table:
             continue

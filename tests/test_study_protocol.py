@@ -233,6 +233,24 @@ def test_sync_copies_small_results_once_and_report_gives_verdicts(tmp_path):
     assert "0 of 12 main runs unconverged" in md
     assert (out / "error_vs_n_train_scaled_digits.png").stat().st_size > 5000
     assert (out / "convergence" / "main_scaled_digits_e2_ii.png").is_file()
+    # a command for the other dataset only rewrites the report with this one's claim kept
+    P["write_report"](
+        P["parse"](
+            [
+                "--stage",
+                "report",
+                "--out",
+                str(out),
+                "--datasets",
+                "rotscaled_digits",
+                "--families",
+                "svm",
+            ]
+        ),
+        figures=False,
+    )
+    assert "**supported**" in (out / "results.md").read_text()
+    assert len(json.loads((out / "claims.json").read_text())) == 1
 
 
 def test_tuning_choice_needs_every_candidate_and_takes_the_lowest_held_out_error(tmp_path):
