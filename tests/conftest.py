@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,26 @@ def pytest_configure(config):
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (pyproject's addopts), the tests that use a module-scoped fixture
+    of their module (a finished tiny run, a compilation cache, a trained model) run on one worker,
+    so the fixture is computed once; with plain ``--dist load`` each worker that got one of those
+    tests computed it again. The other tests are still spread one by one."""
+    for item in items:
+        if "tiny_digits_run" in item.fixturenames:  # a session fixture of two modules
+            item.add_marker(pytest.mark.xdist_group("tiny_digits_run"))
+            continue
+        module = getattr(item, "module", None)
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        for name in item.fixturenames:
+            fixture = defs.get(name, ())
+            if fixture and fixture[-1].scope == "module" and module is not None:
+                if getattr(fixture[-1].func, "__module__", None) == module.__name__:
+                    item.add_marker(pytest.mark.xdist_group(module.__name__))
+                    break
+
+
 @pytest.fixture(autouse=True)
 def _pinned_precision(request):
     """Every test computes under invjax's exact precision (``P.EXACT``: float32 products on every
@@ -29,6 +51,22 @@ def _pinned_precision(request):
     marker = request.node.get_closest_marker("precision")
     with P.jax_default(marker.args[0] if marker else P.EXACT):
         yield
+
+
+@pytest.fixture(scope="session")
+def tiny_digits_run(tmp_path_factory):
+    """A finished ``python -m invjax.main`` run of ``tiny_runs.SHARED_RUN`` (6 steps): its workdir,
+    read by test_faults and test_export_run (copy it before changing it); with the lock released
+    at the end."""
+    from tiny_runs import SHARED_RUN, run_module
+
+    from invjax import workdir
+
+    wd = str(tmp_path_factory.mktemp("tiny_digits_run") / "w")
+    proc = run_module("invjax.main", *SHARED_RUN, f"--workdir={wd}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not os.path.exists(os.path.join(wd, workdir.LOCK_FILE))  # released at the end
+    return wd
 
 
 @pytest.fixture(scope="session")

@@ -173,7 +173,9 @@ def test_config_without_get_config_is_named(tmp_path):
     assert proc.returncode == 2 and len(err) == 1, proc.stderr
     assert f"config file {bad} defines no get_config() function" in err[0]
     assert "config_config" not in proc.stderr
-    with pytest.raises(invjax_configs.ConfigFileError, match="my_experiment.py defines no get_config"):
+    with pytest.raises(
+        invjax_configs.ConfigFileError, match="my_experiment.py defines no get_config"
+    ):
         invjax_configs.load(str(bad))
 
 

@@ -148,11 +148,46 @@ def run(env, workdir, *overrides, entry=("-m", "invjax.main")):
     return results, said, proc.stdout
 
 
+COUNTING_MAIN = (
+    "import atexit, json, os, sys\n"
+    "from absl import app\n"
+    "from invjax import data, main\n"
+    "from invjax.data import subsets\n"
+    "from invjax.training import plan\n"
+    "calls = {'load': 0, 'limited_subset': 0, 'prepare': []}\n"
+    "def counted(name, fn):\n"
+    "    def call(*args, **kwargs):\n"
+    "        if name == 'prepare':\n"
+    "            calls[name].append(os.path.relpath(args[1], sys.argv[-1].split('=', 1)[1]))\n"
+    "        else:\n"
+    "            calls[name] += 1\n"
+    "        return fn(*args, **kwargs)\n"
+    "    return call\n"
+    "data.load = counted('load', data.load)\n"
+    "subsets.limited_subset = counted('limited_subset', subsets.limited_subset)\n"
+    "plan.prepare = counted('prepare', plan.prepare)\n"
+    "atexit.register(lambda: json.dump(calls, open(os.environ['COUNTS_FILE'], 'w')))\n"
+    "app.run(main.main, argv=sys.argv, flags_parser=main._parse_flags)\n"
+)
+
+
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, env):
-    workdir = str(tmp_path_factory.mktemp("two_phase"))
-    results, said, _ = run(env, workdir)
-    return workdir, tiny_two_phase(), results, said
+def reference(tmp_path_factory, env):
+    """The reference: a fresh two-phase command, run through ``COUNTING_MAIN`` (invjax.main with
+    pass-through counters; the other tests' fresh runs without them end bit-identical to it):
+    ``(workdir, config, results, phase messages, calls)``."""
+    root = tmp_path_factory.mktemp("two_phase")
+    workdir, counts_file = str(root / "w"), root / "counts.json"
+    results, said, _ = run(
+        {**env, "COUNTS_FILE": str(counts_file)}, workdir, entry=("-c", COUNTING_MAIN)
+    )
+    return workdir, tiny_two_phase(), results, said, json.loads(counts_file.read_text())
+
+
+@pytest.fixture(scope="module")
+def finished(reference):
+    """The reference run: ``(workdir, config, results, phase messages)``."""
+    return reference[:4]
 
 
 def test_phase_one_streams_are_their_own_runs(finished):
@@ -265,47 +300,14 @@ def test_restart_resumes_phase_one_then_trains_phase_two(finished, env, tmp_path
     assert resumed["phase1"]["std"]["test_error"] == results["phase1"]["std"]["test_error"]
 
 
-COUNTING_MAIN = (
-    "import atexit, json, os, sys\n"
-    "from absl import app\n"
-    "from invjax import data, main\n"
-    "from invjax.data import subsets\n"
-    "from invjax.training import plan\n"
-    "calls = {'load': 0, 'limited_subset': 0, 'prepare': []}\n"
-    "def counted(name, fn):\n"
-    "    def call(*args, **kwargs):\n"
-    "        if name == 'prepare':\n"
-    "            calls[name].append(os.path.relpath(args[1], sys.argv[-1].split('=', 1)[1]))\n"
-    "        else:\n"
-    "            calls[name] += 1\n"
-    "        return fn(*args, **kwargs)\n"
-    "    return call\n"
-    "data.load = counted('load', data.load)\n"
-    "subsets.limited_subset = counted('limited_subset', subsets.limited_subset)\n"
-    "plan.prepare = counted('prepare', plan.prepare)\n"
-    "atexit.register(lambda: json.dump(calls, open(os.environ['COUNTS_FILE'], 'w')))\n"
-    "app.run(main.main, argv=sys.argv, flags_parser=main._parse_flags)\n"
-)
-
-
-def test_each_stage_is_prepared_once_and_the_dataset_loaded_once(finished, env, tmp_path):
-    """A fresh two-phase command prepares each of its three stages once (the check builds what
-    the execution runs) and loads the dataset and draws its training subset once: the stages
-    share one data config. The run is bit-identical to the reference."""
-    ref_dir, _, results, _ = finished
-    workdir = tmp_path / "w"
-    counts_file = tmp_path / "counts.json"
-    run({**env, "COUNTS_FILE": str(counts_file)}, workdir, entry=("-c", COUNTING_MAIN))
-    calls = json.loads(counts_file.read_text())
+def test_each_stage_is_prepared_once_and_the_dataset_loaded_once(reference):
+    """A fresh two-phase command (the reference) prepares each of its three stages once (the
+    check builds what the execution runs) and loads the dataset and draws its training subset
+    once: the stages share one data config. The fresh runs of the restart tests, without the
+    counters, end bit-identical to it."""
+    calls = reference[4]
     assert calls["prepare"] == [os.path.join("streams", "e2"), os.path.join("streams", "std"), "."]
     assert calls["load"] == 1 and calls["limited_subset"] == 1
-    again = json.load(open(workdir / "results.json"))
-    assert again["test_error"] == results["test_error"]
-    for s, ref in results["phase1"].items():
-        assert again["phase1"][s]["test_error"] == ref["test_error"]
-    assert_bit_identical(
-        checkpoint.restore_latest(str(workdir)).state, checkpoint.restore_latest(ref_dir).state
-    )
 
 
 @pytest.mark.parametrize(

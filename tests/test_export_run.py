@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import flax.linen as nn
 import jax
 import numpy as np
 import pytest
+from tiny_runs import run_module
 
 from invjax import data as data_lib
 from invjax import equivariance
@@ -24,35 +23,15 @@ from invjax.export import artifact, export, load
 from invjax.layers import e2 as e2l
 from invjax.layers import ii as iil
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-# digits (float32 images in [0, 1]), 100 training images, batch 50: 2 steps an epoch, 2 epochs.
-TINY = [
-    "--config=configs/digits_cnn.py",
-    "--config.data.name=digits",
-    "--config.data.n_train=100",
-    "--config.model.width=4",
-    "--config.train.batch_size=50",
-    "--config.train.num_epochs=2",
-    "--config.train.lr_boundaries=(1,)",
-]
-
-
-def _run(*args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """A finished tiny digits run and its export: ``(run dir, export dir, results, stdout)``."""
-    root = tmp_path_factory.mktemp("export_run")
-    run, out = str(root / "run"), str(root / "export")
-    proc = _run("invjax.main", *TINY, f"--workdir={run}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = _run("invjax.export", f"--workdir={run}", f"--out={out}")
+def exported(tiny_digits_run, tmp_path_factory):
+    """A finished tiny digits run (conftest's: float32 images in [0, 1], 100 training images,
+    batch 50, 3 epochs of 2 steps) and its export: ``(run dir, export dir, results, stdout)``."""
+    run, out = tiny_digits_run, str(tmp_path_factory.mktemp("export_run") / "export")
+    proc = run_module("invjax.export", f"--workdir={run}", f"--out={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(run, "results.json")) as f:
         results = json.load(f)
@@ -83,7 +62,7 @@ def test_export_reproduces_the_run_on_raw_test_images(exported):
     assert "inside the program" in m["input"]["normalisation"]["applied"]
     assert m["output"]["classes"] == [str(k) for k in range(10)]
     src = m["source"]
-    assert src["workdir"] == os.path.abspath(run) and src["step"] == results["steps"] == 4
+    assert src["workdir"] == os.path.abspath(run) and src["step"] == results["steps"] == 6
     assert src["selected_by"] == "best validation"  # digits_cnn selects the best epoch
     assert src["model_epoch"] == results["selected_epoch"]
     assert src["config_file"] == "configs/digits_cnn.py" and src["dataset"] == "digits"
@@ -147,7 +126,7 @@ def test_export_command_refuses_bad_input(tmp_path, exported):
         ([f"--workdir={run}", f"--out={out}"], "exists and is not an empty directory"),
     ]
     for args, match in cases:
-        proc = _run("invjax.export", *args, timeout=120)
+        proc = run_module("invjax.export", *args, timeout=120)
         err = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(err) == 1, proc.stderr
         assert err[0].startswith("invjax.export: error: ") and match in err[0], err
@@ -201,8 +180,8 @@ def test_invariance_json_names_the_checkpoint_step(exported, capsys):
     """Issue 20, 6: the invariance JSON did not name the checkpoint step it measured."""
     from invjax import invariance as I
 
-    run, _, results, _ = exported
-    config = os.path.join(os.path.dirname(run), "tiny_config.py")
+    run, out, results, _ = exported
+    config = os.path.join(os.path.dirname(out), "tiny_config.py")  # beside the export
     with open(config, "w") as f:  # the run's config (its overrides) as a file
         f.write(
             "from configs import digits_cnn\n\n\ndef get_config():\n"
@@ -214,6 +193,6 @@ def test_invariance_json_names_the_checkpoint_step(exported, capsys):
     argv.append("--transforms=flip")
     assert I.main(argv) == 0, capsys.readouterr().err
     out = json.loads(capsys.readouterr().out)
-    assert out["variables"] == "checkpoint" and out["checkpoint_step"] == results["steps"] == 4
+    assert out["variables"] == "checkpoint" and out["checkpoint_step"] == results["steps"] == 6
     assert out["selected_by"] == "best validation"
     assert out["model_epoch"] == results["selected_epoch"] and out["n_images"] == 8

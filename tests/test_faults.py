@@ -25,56 +25,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_runs import REPO, SHARED_RUN, one_line_error, run_module
 
 from invjax import checkpoint, workdir
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
-# digits, 100 training images, batch 50: 2 steps per epoch, 3 epochs.
-TINY = [
-    "--config=configs/digits_cnn.py",
-    "--config.data.name=digits",
-    "--config.data.n_train=100",
-    "--config.model.width=4",
-    "--config.train.batch_size=50",
-    "--config.train.eval_batch_size=400",
-    "--config.train.num_epochs=3",
-    "--config.train.lr_boundaries=(2,)",
-    "--config.train.log_every_steps=0",
-]
+# digits, 100 training images, batch 50: 2 steps per epoch, 3 epochs (the shared run's flags).
+TINY = SHARED_RUN
 
 
 def run_main(workdir_flag, *extra, fault=None, timeout=300):
     """``python -m invjax.main`` on the tiny run, with ``fault`` (tests/faults.py) if given."""
-    args = [*TINY, f"--workdir={workdir_flag}", *extra]
-    argv = faults.command(fault, "invjax.main", *args) if fault else [sys.executable, "-m"]
-    return subprocess.run(
-        argv if fault else [*argv, "invjax.main", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    return run_module(
+        "invjax.main", *TINY, f"--workdir={workdir_flag}", *extra, fault=fault, timeout=timeout
     )
 
 
-def one_line_error(proc, status=2):
-    """The run ended with ``status`` and a single ``invjax: error:`` line, no traceback."""
-    assert proc.returncode == status, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    errors = [x for x in proc.stderr.splitlines() if x.startswith("invjax: error: ")]
-    assert len(errors) == 1 and proc.stderr.strip().splitlines()[-1] == errors[0], proc.stderr
-    return errors[0]
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished tiny run (3 epochs): its workdir."""
-    wd = str(tmp_path_factory.mktemp("finished") / "w")
-    proc = run_main(wd)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not os.path.exists(os.path.join(wd, workdir.LOCK_FILE))  # released at the end
-    return wd
+@pytest.fixture
+def finished(tiny_digits_run):
+    """A finished tiny run (3 epochs, ``TINY``): its workdir (conftest's, shared with
+    test_export_run; read only)."""
+    return tiny_digits_run
 
 
 def hold_lock(path):
@@ -505,17 +477,26 @@ def test_deleted_metrics_are_rebuilt_from_the_checkpoint(finished, tmp_path):
 # ----------------------------------------------------------------------------- invariance
 
 
-def run_invariance(*args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "invjax.invariance", "--config=configs/digits_cnn.py", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def run_invariance(capsys, monkeypatch, *args):
+    """``invjax.invariance``'s command in this process (its flags are its own ``FlagValues``,
+    read afresh each call; ml_collections finds the ``--config.*`` overrides in ``sys.argv``, set
+    as the command line would set it; the subprocess adds nothing under test here): ``(status,
+    stdout, stderr)``. An uncaught exception propagates and fails the test, as a traceback
+    would."""
+    from invjax import invariance
+
+    argv = ["invariance", "--config=configs/digits_cnn.py", *args]
+    capsys.readouterr()
+    with monkeypatch.context() as mp:
+        mp.setattr(sys, "argv", argv)
+        status = invariance.main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
 
 
-def test_invariance_rejects_bad_images_and_another_models_checkpoint(finished, tmp_path):
+def test_invariance_rejects_bad_images_and_another_models_checkpoint(
+    finished, tmp_path, capsys, monkeypatch
+):
     from invjax.data.digits import digits
 
     good = digits()[0][:2].astype(np.float32)  # [2, 28, 28, 1] in [0, 1]
@@ -537,22 +518,24 @@ def test_invariance_rejects_bad_images_and_another_models_checkpoint(finished, t
     for name, (images, message) in cases.items():
         path = str(tmp_path / f"{name}.npy")
         np.save(path, images)
-        proc = run_invariance(*data, f"--images={path}")
-        assert proc.returncode == 2, (name, proc.stderr[-2000:])
-        assert proc.stderr.strip().splitlines() == [f"invjax.invariance: error: {message}"] or (
-            proc.stderr.strip().splitlines()[-1].startswith(f"invjax.invariance: error: {message}")
-        ), (name, proc.stderr)
-        assert "Traceback" not in proc.stderr
+        status, _, err = run_invariance(capsys, monkeypatch, *data, f"--images={path}")
+        assert status == 2, (name, err[-2000:])
+        assert err.strip().splitlines() == [f"invjax.invariance: error: {message}"] or (
+            err.strip().splitlines()[-1].startswith(f"invjax.invariance: error: {message}")
+        ), (name, err)
+        assert "Traceback" not in err
     # a checkpoint of a width-4 network, asked for with the config's default width
-    proc = run_invariance(*data, f"--workdir={finished}")
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
+    status, _, err = run_invariance(capsys, monkeypatch, *data, f"--workdir={finished}")
+    assert status == 2, err[-2000:]
+    last = err.strip().splitlines()[-1]
     assert last.startswith(f"invjax.invariance: error: --workdir={finished} holds a checkpoint of ")
-    assert " variables missing, " in last and "Traceback" not in proc.stderr
+    assert " variables missing, " in last and "Traceback" not in err
     # the right config loads it
-    ok = run_invariance(*data, "--config.model.width=4", f"--workdir={finished}", "--json")
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    assert json.loads(ok.stdout.strip().splitlines()[-1])["variables"] == "checkpoint"
+    status, out, err = run_invariance(
+        capsys, monkeypatch, *data, "--config.model.width=4", f"--workdir={finished}", "--json"
+    )
+    assert status == 0, err[-2000:]
+    assert json.loads(out.strip().splitlines()[-1])["variables"] == "checkpoint"
 
 
 # ----------------------------------------------------------------------------- sweep

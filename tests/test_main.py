@@ -15,26 +15,22 @@ import faults
 import jax
 import numpy as np
 import pytest
+from tiny_runs import REPO, run_module, tiny_digits
 
 from invjax import checkpoint
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 # digits, 100 training images, batch 32: 4 steps per epoch, 10 epochs; checkpoints every 3
 # steps and at epoch ends.
-TINY = [
-    "--config=configs/digits_cnn.py",
-    "--config.data.name=digits",
-    "--config.data.n_train=100",
-    "--config.model.width=4",
-    "--config.train.batch_size=32",
+TINY = tiny_digits(
+    32,
+    10,
+    "(6,)",
     "--config.train.eval_batch_size=200",
-    "--config.train.num_epochs=10",
-    "--config.train.lr_boundaries=(6,)",
     "--config.train.checkpoint_every_steps=3",
     "--config.train.log_every_steps=5",
-]
+)
 
 
 def _wait_for_checkpoint(proc, workdir, target_step: int, timeout: float = 240) -> None:
@@ -59,12 +55,8 @@ def command(workdir, *extra, fault=None):
 
 
 def run_main(workdir, *extra, timeout=300, fault=None):
-    return subprocess.run(
-        command(workdir, *extra, fault=fault),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    return run_module(
+        "invjax.main", *TINY, f"--workdir={workdir}", *extra, fault=fault, timeout=timeout
     )
 
 
@@ -284,22 +276,9 @@ def test_second_signal_during_the_save_corrupts_nothing(reference, tmp_path):
     _assert_resumed_bit_identical(ref_dir, workdir, f"stopped at {steps[-1]}")
 
 
-def test_unknown_config_key_is_one_clear_message(tmp_path):
-    proc = run_main(str(tmp_path / "w"), "--config.train.learning_rat=0.1", timeout=120)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert lines[-1].startswith("invjax: error: unknown config key train.learning_rat in ")
-    assert "'learning_rate'" in lines[-1] and "Traceback" not in proc.stderr
-    assert not os.path.exists(tmp_path / "w")
-
-
-@pytest.mark.parametrize(
-    "extra",
-    [["--config.train.learning_rat=0.1"], ["--config.train.num_epochs=0"], ["--help"]],
-    ids=["unknown_key", "bad_value", "help"],
-)
-def test_the_config_file_runs_once(tmp_path, extra):
-    """--config's file is loaded once: the override check and --help read that one config."""
+def _run_with_a_counted_config(tmp_path, extra):
+    """``invjax.main`` with ``--config`` a file that logs each load of its config, then
+    ``extra``: the finished process and the log's text."""
     log = tmp_path / "loads.txt"
     config = tmp_path / "counted.py"
     config.write_text(
@@ -310,16 +289,33 @@ def test_the_config_file_runs_once(tmp_path, extra):
         "        f.write('loaded\\n')\n"
         "    return digits_cnn.get_config()\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "invjax.main", f"--config={config}", f"--workdir={tmp_path / 'w'}"]
-        + extra,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = run_module(
+        "invjax.main", f"--config={config}", f"--workdir={tmp_path / 'w'}", *extra, timeout=120
     )
+    return proc, log.read_text()
+
+
+def test_unknown_config_key_is_one_clear_message(tmp_path):
+    """One line naming the key that was meant, before any directory; the config file was loaded
+    once (the override check reads that one config)."""
+    proc, loads = _run_with_a_counted_config(tmp_path, ["--config.train.learning_rat=0.1"])
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("invjax: error: unknown config key train.learning_rat in ")
+    assert "'learning_rate'" in lines[-1] and "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "w")
+    assert loads == "loaded\n"
+
+
+@pytest.mark.parametrize(
+    "extra", [["--config.train.num_epochs=0"], ["--help"]], ids=["bad_value", "help"]
+)
+def test_the_config_file_runs_once(tmp_path, extra):
+    """--config's file is loaded once: the value check and --help read that one config (the
+    override check: test_unknown_config_key_is_one_clear_message)."""
+    proc, loads = _run_with_a_counted_config(tmp_path, extra)
     assert proc.returncode == (0 if extra == ["--help"] else 2), proc.stderr[-2000:]
-    assert log.read_text() == "loaded\n"
+    assert loads == "loaded\n"
     if extra == ["--help"]:
         assert "--config.train.num_epochs=30" in proc.stdout  # the keys of that one load
 
