@@ -55,6 +55,23 @@ def assert_params_close(a, b, rtol, atol):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
 
 
+def command(workdir, *flags) -> list[str]:
+    """``-m invjax.main`` and the tiny digits CNN's flags (as :func:`tiny`), then ``flags``."""
+    return [
+        "-m",
+        "invjax.main",
+        "--config=configs/digits_cnn.py",
+        f"--workdir={workdir}",
+        "--config.data.name=digits",
+        "--config.data.n_train=100",
+        "--config.model.width=4",
+        "--config.train.batch_size=32",
+        "--config.train.lr_boundaries=()",
+        "--compilation_cache=off",
+        *flags,
+    ]
+
+
 def records(workdir):
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
@@ -222,21 +239,7 @@ def test_models_spread_over_two_devices(single1, tmp_path):
 
 def test_the_command_prints_each_model_then_the_mean(tmp_path):
     workdir = tmp_path / "w"
-    cmd = [
-        sys.executable,
-        "-m",
-        "invjax.main",
-        "--config=configs/digits_cnn.py",
-        f"--workdir={workdir}",
-        "--config.data.name=digits",
-        "--config.data.n_train=100",
-        "--config.model.width=4",
-        "--config.train.batch_size=32",
-        "--config.train.num_epochs=1",
-        "--config.train.lr_boundaries=()",
-        "--config.seeds=3,4",
-        "--compilation_cache=off",
-    ]
+    cmd = [sys.executable, *command(workdir, "--config.train.num_epochs=1", "--config.seeds=3,4")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     last = proc.stdout.strip().splitlines()[-3:]
@@ -293,24 +296,15 @@ def test_sigterm_saves_every_model_at_its_step_and_the_rerun_resumes_them(single
     at step 3 and exits 143; the same command resumes both, and model 1 ends as the single run
     with seed 1 (bit for bit on CPU, the same compiled step)."""
     workdir = tmp_path / "w"
-    args = [
-        "-m",
-        "invjax.main",
-        "--config=configs/digits_cnn.py",
-        f"--workdir={workdir}",
-        "--config.data.name=digits",
-        "--config.data.n_train=100",
-        "--config.model.width=4",
-        "--config.train.batch_size=32",
+    args = command(
+        workdir,
         "--config.train.eval_batch_size=200",
         "--config.train.num_epochs=2",
-        "--config.train.lr_boundaries=()",
         "--config.train.log_every_steps=0",
         "--config.precision=highest",
         "--config.seeds=0,1",
         "--config.seeds_strategy=loop",
-        "--compilation_cache=off",
-    ]
+    )
     faults = os.path.join(REPO, "tests", "faults.py")
     stopped = subprocess.run(
         [sys.executable, faults, "sigterm_after_step:3", *args],
