@@ -216,6 +216,7 @@ def mnist(variant: str = "ii_disco_ws"):
         c.ii_kernel_size = 3
         c.dropout = 0.1  # Table 6
         c.bn_momentum = 0.99  # Table 6: BatchNorm decay 0.01
+        c.ii_batchnorm = False  # Table 7 ticks no BatchNorm after Scale-II
     elif variant == "ii_disco_monomials":
         c.family, c.basis, c.head, c.spatial_pool = "scale", "disco", "ii_monomials", "max"
         c.ii_kernel_size = 3
