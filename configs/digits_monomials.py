@@ -32,7 +32,8 @@ def get_config():
     m.scales = DEFAULT_SCALES
     # Table 6's 0.99 averages the running statistics over ~100 steps: with a few hundred steps
     # they keep a share of their initial values (mean 0, variance 1), and a network whose fc1
-    # outputs vary little (the WS head on this network: variance 0.05) evaluates at chance.
+    # outputs vary little (the WS head on this network: variance 0.05) evaluates far worse than
+    # it trains (204 steps: 59.6% test error, 9.2% with the training set's statistics).
     # 0.9 is the digits WRNs' (and PyTorch's default); docs/monomials.md measures it.
     m.bn_momentum = 0.9
     m.dropout = 0.1
