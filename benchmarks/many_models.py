@@ -15,8 +15,9 @@ with the persistent compilation cache off (every arm compiles what it needs, as 
 models), each compiled first (time printed), then ``--steps`` timed steps of all K models after
 two warm-up steps, on one fixed batch per model.
 
-Prints each arm's wall time (process start to exit), the ratio ``separate / one`` (> 1: the one
-program is faster), and each seed's test error per arm (the 'loop' arm equals the separate
+Prints each process's wall time as it ends (a run stopped by a time limit still reports), then
+each arm's (process start to exit), the ratio ``separate / one`` (> 1: the one program is
+faster), and each seed's test error per arm (the 'loop' arm equals the separate
 runs up to float32 rounding; 'vmap' too, with a different summation order). ``--json`` writes
 the figures. The machine this runs on may be shared: quote ratios, measured side by side.
 """
@@ -193,8 +194,11 @@ def main(argv=None) -> int:
     errors = {}
     for k in seeds:
         wd = os.path.join(root, "separate", f"seed_{k}")
-        t += _run(args, wd, [f"--config.seed={k}"])
+        wall = _run(args, wd, [f"--config.seed={k}"])
+        t += wall
         errors[k] = _error(wd)
+        # each process as it ends, so that a run stopped by a time limit still says something
+        print(f"separate seed {k}: {wall:.1f} s", flush=True)
     arms["separate"] = {"wall_s": t, "test_errors": errors}
     for strategy in strategies:
         wd = os.path.join(root, f"one_{strategy}")
@@ -205,6 +209,7 @@ def main(argv=None) -> int:
         wall = _run(args, wd, extra)
         errs = {k: _error(os.path.join(wd, f"seed_{k}")) for k in seeds}
         arms[f"one/{strategy}"] = {"wall_s": wall, "test_errors": errs}
+        print(f"one/{strategy}: {wall:.1f} s", flush=True)
 
     base = arms["separate"]["wall_s"]
     print(

@@ -268,7 +268,11 @@ def _train(loops, request: StopRequest, stacked: _Stacked | None) -> None:
             epoch_end, save = _boundary(loops[0])
             if epoch_end or save:
                 _consume_all(loops, pending)
-                stacked.unstack()
+                # each model's state back only where it is read: at N_t <= B every step is an
+                # epoch end, and splitting and stacking K states per step cost more than the step
+                # (docs/many_models.md)
+                if save or (epoch_end and any(lp.epoch_end_reads_state() for lp in loops)):
+                    stacked.unstack()
                 for lp in loops:
                     if epoch_end:
                         lp.epoch_end()

@@ -239,6 +239,18 @@ class _Loop:
     def evaluate(self, variables, split) -> tuple[float, float]:
         return evaluate(self.eval_step, variables, split, self.tc.eval_batch_size, self.mesh)
 
+    def validates_now(self) -> bool:
+        """Whether the epoch end after ``self.step`` evaluates the validation split."""
+        last = self.step == self.exp.num_steps
+        done = self.step // self.spe
+        return bool(len(self.ds.val)) and (not done % self.tc.eval_every_epochs or last)
+
+    def epoch_end_reads_state(self) -> bool:
+        """Whether :meth:`epoch_end` after ``self.step`` reads or changes ``self.state`` (the
+        model's hook or a validation); if not, a caller holding the state elsewhere (the
+        vmapped models, lockstep) need not hand it back for this epoch end."""
+        return self.on_epoch_end is not None or self.validates_now()
+
     def epoch_end(self) -> None:
         """Hooks, the epoch's train record, validation and best-model selection."""
         done = self.step // self.spe
@@ -246,8 +258,7 @@ class _Loop:
         s = self.sums
         self.record("train", s[0] / max(s[2], 1), 100.0 * s[1] / max(s[2], 1))
         self.sums = [0.0, 0.0, 0]
-        last = self.step == self.exp.num_steps
-        if not len(self.ds.val) or (done % self.tc.eval_every_epochs and not last):
+        if not self.validates_now():
             return
         loss, err = self.evaluate(self.state.variables(), self.ds.val)
         self.record("val", loss, err)
