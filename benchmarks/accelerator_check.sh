@@ -16,7 +16,9 @@
 #    STUDY_SIZES, STUDY_SEEDS on STUDY_DATASETS, the CPU study's widths and steps), so that GPU
 #    figures stand beside the CPU study's in docs/results/.
 # 7. K models in one program against K separate runs on the GPU, whole processes and the train
-#    step alone, loop against vmap (benchmarks/many_models.py; docs/many_models.md);
+#    step alone, loop against vmap (benchmarks/many_models.py; docs/many_models.md), of MM_CONFIG
+#    (MM_ARGS adds flags: the scale network, whose vmap is unmeasured on a GPU, is
+#    MM_CONFIG=configs/digits_scale.py MM_ARGS="--override=--config.model.width_divisor=2");
 # 8. the reviewer's protocol (launch/study_protocol.py, docs/results/protocol/): PROTOCOL_STAGE
 #    of PROTOCOL_FAMILIES on PROTOCOL_DATASETS, K seeds per program, PROTOCOL_PARALLEL runs side
 #    by side on the one GPU, no new run after PROTOCOL_BUDGET_MIN minutes; its small results land
@@ -79,8 +81,10 @@ step study "${STUDY_S:-420}" python3 launch/study.py --out "$out/study" \
   --sizes "${STUDY_SIZES:-0}" --seeds "${STUDY_SEEDS:-0}" \
   --families "${STUDY_FAMILIES:-wrn_std,e2_ii,scale_iiws_disco,dual,triple}"
 step many_models_step "${MM_STEP_S:-70}" python3 benchmarks/many_models.py --platform=gpu \
+  --config="${MM_CONFIG:-configs/digits_std.py}" ${MM_ARGS:-} \
   --per-step --seeds="${MM_STEP_SEEDS:-0,1,2,3,4,5}" --steps=20 --json "$out/many_models_step.json"
 step many_models "${MM_S:-150}" python3 benchmarks/many_models.py --platform=gpu \
+  --config="${MM_CONFIG:-configs/digits_std.py}" ${MM_ARGS:-} \
   --strategies="${MM_STRATEGIES:-loop,vmap}" --seeds="${MM_SEEDS:-0,1,2,3,4,5}" --epochs="${MM_EPOCHS:-10}" \
   --json "$out/many_models.json"
 step protocol "${PROTOCOL_S:-420}" python3 launch/study_protocol.py --stage "${PROTOCOL_STAGE:-main}" \
