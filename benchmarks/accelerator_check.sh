@@ -22,6 +22,9 @@
 #    by side on the one GPU, no new run after PROTOCOL_BUDGET_MIN minutes; its small results land
 #    in PROTOCOL_OUT/runs (default docs/results/protocol: bring them back and commit them);
 #    PROTOCOL_ARGS adds flags (e.g. --sizes 20 --seeds 0,1).
+# 9. the same inside a window of WINDOW_S seconds (launch/protocol_window.sh, its header: tuning,
+#    then the main runs a group of sizes at a time; what did not finish comes back resumable in
+#    OUTDIR/protocol_window/protocol_partial.tgz, what landed in protocol_runs.tgz).
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
 # rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, STUDY_* and the *_S limits can
 # be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
@@ -78,7 +81,7 @@ step study "${STUDY_S:-420}" python3 launch/study.py --out "$out/study" \
 step many_models_step "${MM_STEP_S:-70}" python3 benchmarks/many_models.py --platform=gpu \
   --per-step --seeds="${MM_STEP_SEEDS:-0,1,2,3,4,5}" --steps=20 --json "$out/many_models_step.json"
 step many_models "${MM_S:-150}" python3 benchmarks/many_models.py --platform=gpu \
-  --strategies=loop,vmap --seeds="${MM_SEEDS:-0,1,2,3,4,5}" --epochs="${MM_EPOCHS:-10}" \
+  --strategies="${MM_STRATEGIES:-loop,vmap}" --seeds="${MM_SEEDS:-0,1,2,3,4,5}" --epochs="${MM_EPOCHS:-10}" \
   --json "$out/many_models.json"
 step protocol "${PROTOCOL_S:-420}" python3 launch/study_protocol.py --stage "${PROTOCOL_STAGE:-main}" \
   --datasets "${PROTOCOL_DATASETS:-scaled_digits}" \
@@ -86,4 +89,5 @@ step protocol "${PROTOCOL_S:-420}" python3 launch/study_protocol.py --stage "${P
   --parallel "${PROTOCOL_PARALLEL:-6}" --runs-per-gpu "${PROTOCOL_PARALLEL:-6}" \
   --budget-minutes "${PROTOCOL_BUDGET_MIN:-5}" --runs-dir "${PROTOCOL_RUNS:-/tmp/protocol_runs}" \
   --out "${PROTOCOL_OUT:-docs/results/protocol}" ${PROTOCOL_ARGS:-}
+step protocol_window $((${WINDOW_S:-420} + 90)) bash launch/protocol_window.sh "$out/protocol_window"
 exit 0

@@ -633,7 +633,7 @@ def _run_groups(runs: Sequence, args, after) -> int:
         for multi in (False, True):
             wave = [r for r in runs if r.multi == multi]
             if wave and not _over_budget(args):
-                status |= sweep["run_local"](
+                code = sweep["run_local"](
                     wave,
                     args.parallel,
                     None,
@@ -643,6 +643,9 @@ def _run_groups(runs: Sequence, args, after) -> int:
                     on_done=lambda run, code: after(),
                     stop=lambda: _over_budget(args),
                 )
+                if code >= STOPPED:  # a signal stopped the runs: start nothing more
+                    return code
+                status |= code
         return status
     status = 0
     for run in runs:
@@ -650,9 +653,17 @@ def _run_groups(runs: Sequence, args, after) -> int:
             continue
         if _over_budget(args):
             return status
-        status |= sweep["run_local"]([run], 1, None, args.platform)
+        code = sweep["run_local"]([run], 1, None, args.platform)
         after()
+        if code >= STOPPED:
+            return code
+        status |= code
     return status
+
+
+# run_local's status after a signal n is 128 + n (launch/sweep.py): the runs saved a checkpoint
+# and stopped, and so does the protocol (the same command resumes).
+STOPPED = 128
 
 
 def _over_budget(args) -> bool:
@@ -913,7 +924,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _print(runs, svms)
                     break
                 _svms(svms, args, after)
-                status |= _run_groups(runs, args, after)
+                code = _run_groups(runs, args, after)
+                if code >= STOPPED:
+                    return _stopped(code, after, landed)
+                status |= code
             if waiting:
                 print(f"protocol: {dataset}: {waiting} wait for their streams' tuning", flush=True)
     if args.stage in ("main", "all"):
@@ -934,11 +948,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print(runs, svms)
                 continue
             _svms(svms, args, after)
-            status |= _run_groups(runs, args, after)
+            code = _run_groups(runs, args, after)
+            if code >= STOPPED:
+                return _stopped(code, after, landed)
+            status |= code
     if not args.dry_run:
         after(final=True)
         print(f"protocol: {landed[0]} run(s) landed in {mirror} by this command", flush=True)
     return status
+
+
+def _stopped(code: int, after, landed: list) -> int:
+    after(final=True)
+    print(f"protocol: stopped by a signal; {landed[0]} run(s) landed by this command", flush=True)
+    return code
 
 
 def _print(runs, svms) -> None:

@@ -202,6 +202,22 @@ def test_parallel_runs_single_streams_first_each_alone_then_multi_streams_by_poi
     assert k1["stop"]() is False
 
 
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_a_signal_stops_the_protocol_after_the_runs_saved(tmp_path, monkeypatch, parallel):
+    """SIGTERM to the protocol reaches its runs (sweep.run_local returns 128 + 15 once they
+    saved): no later run, wave or stage starts, and the status says so."""
+    runs, _, _ = P["plan_main"](
+        str(tmp_path), "scaled_digits", ["wrn_std", "dual"], [20], [0, 1], RULE, _all_chosen()
+    )
+    calls = []
+    monkeypatch.setitem(P["sweep"], "run_local", lambda w, *a, **k: calls.append(w) or 143)
+    args = type("A", (), {"budget_minutes": 0, "platform": "cpu", "parallel": parallel})()
+    args.runs_per_gpu = 1
+    assert P["_run_groups"](runs, args, lambda: None) == 143
+    assert len(calls) == 1  # neither the next run (one at a time) nor the multi-stream wave
+    assert calls[0][0].experiment == "wrn_std"
+
+
 def test_sync_copies_small_results_once_and_report_gives_verdicts(tmp_path):
     runs_dir, out = tmp_path / "runs", tmp_path / "out"
     # e2_ii better than e2_pool by 2-3 points on all six realisations at N_t = 20

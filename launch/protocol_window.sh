@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The reviewer's protocol (launch/study_protocol.py) inside a fixed window of wall time, for a
+# lent machine that is given back afterwards (a GPU session): tune the families, then their main
+# runs a group of N_t at a time, and leave what did not finish resumable.
+#
+#   WINDOW_S=420 FAMILIES=scale_pool_disco,scale_iiws_disco DATASETS=scaled_digits \
+#     bash launch/protocol_window.sh OUTDIR
+#
+# - The runs already landed in docs/results/protocol/runs are copied into the run directory
+#   first, so that they are skipped (a finished run is one with its results.json).
+# - Tuning runs TUNE_PARALLEL candidates side by side (their programs differ, so one program
+#   cannot hold them); the main runs go a group of sizes at a time (SIZE_GROUPS, ';'-separated),
+#   K seeds per program (--seeds-in-one), MAIN_PARALLEL programs side by side: a group whose
+#   programs all progress together either lands whole or not at all, so the groups are small.
+# - No group starts with less than MIN_GROUP_S seconds of the window left; at the window's end
+#   every run is stopped with SIGTERM (each saves a checkpoint on it) and OUTDIR gets
+#   protocol_runs.tgz (the landed runs' small results, PROTOCOL_OUT/runs: commit them)
+#   and protocol_partial.tgz (the unfinished runs' latest checkpoints, to resume elsewhere with
+#   the same command: unpack into the run directory), each log beside them.
+set -uo pipefail
+out=${1:?usage: bash launch/protocol_window.sh OUTDIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+runs=${RUNS:-/tmp/protocol_runs}
+report=${PROTOCOL_OUT:-docs/results/protocol}
+mirror=$report/runs
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+end=$((SECONDS + ${WINDOW_S:-420}))
+mkdir -p "$runs" "$mirror"
+cp -rn "$mirror"/. "$runs"/
+common=(--datasets "${DATASETS:-scaled_digits}" --families "${FAMILIES:-scale_pool_disco,scale_iiws_disco}"
+  --runs-dir "$runs" --out "$report" ${PROTOCOL_ARGS:-})
+
+left() { echo $((end - SECONDS)); }
+protocol() {  # protocol LOG ARGS...: one invocation, stopped at the window's end
+  local log=$1
+  shift
+  echo "== $(date +%T) protocol $* ($(left) s left)"
+  timeout -s TERM -k 30 "$(left)" python3 launch/study_protocol.py "${common[@]}" "$@" \
+    >>"$out/$log" 2>&1
+  echo "== $(date +%T) exit $? ($(left) s left)"
+  grep -E "landed|budget|wait|left out|error" "$out/$log" | tail -n 5
+}
+
+protocol tune.log --stage tune --parallel "${TUNE_PARALLEL:-10}" \
+  --runs-per-gpu "${TUNE_PARALLEL:-10}"
+IFS=';' read -ra groups <<<"${SIZE_GROUPS:-20,50;100,300;0}"
+for sizes in "${groups[@]}"; do
+  if [ "$(left)" -lt "${MIN_GROUP_S:-150}" ]; then
+    echo "== $(date +%T) $(left) s left: no group of sizes $sizes"
+    continue
+  fi
+  protocol main.log --stage main --sizes "$sizes" --seeds-in-one \
+    --parallel "${MAIN_PARALLEL:-4}" --runs-per-gpu "${MAIN_PARALLEL:-4}"
+done
+# the report from what landed, then the two archives
+python3 launch/study_protocol.py "${common[@]}" --stage report >"$out/report.log" 2>&1
+tar czf "$out/protocol_runs.tgz" "$mirror"
+python3 launch/pack_partial.py "$runs" "$out/protocol_partial.tgz"
+ls -l "$out"
