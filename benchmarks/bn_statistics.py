@@ -16,12 +16,15 @@ the largest gap between the two sets of statistics.
 from __future__ import annotations
 
 import argparse
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout's invjax
 from invjax import checkpoint, models
 from invjax.data import datasets
 from invjax.export.artifact import _tuples
