@@ -171,6 +171,27 @@ def test_model_k_of_a_vmapped_run_matches_the_single_run(single1, tmp_path):
     assert abs(got["test_error"] - want["test_error"]) <= 0.6  # at most 2 of 359 test digits
 
 
+def test_vmapped_models_validate_their_own_state_between_saves(single1, tmp_path):
+    """An epoch end that validates but does not save hands each model its state first (epoch 2
+    here; epoch 1 neither validates nor saves, so it keeps them stacked): the validation of
+    epoch 2 is the single run's, not that of a stale state."""
+    ref_dir, _ = single1
+    config = tiny(seeds=(1, 2), epochs=3, seeds_strategy="vmap")
+    config.train.eval_every_epochs = 2
+    config.train.checkpoint_every_epochs = 3
+    many.execute(many.check(config, str(tmp_path / "v")))
+
+    def val_loss(run_dir, epoch):
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        val = [r for r in rows if r["split"] == "val" and not r.get("final")]
+        (loss,) = [r["loss"] for r in val if r["epoch"] == epoch]
+        return loss
+
+    mine = str(tmp_path / "v" / "seed_1")
+    assert val_loss(mine, 2) == pytest.approx(val_loss(ref_dir, 2), rel=1e-3)
+
+
 def test_model_config_is_the_single_runs():
     c = tiny(seeds=(3, 4), realisation_from_seed=True, seeds_strategy="vmap")
     m = many.model_config(c, 4)
