@@ -1,16 +1,23 @@
 """Pack a run directory's *unfinished* runs so that they resume on another machine.
 
-    python launch/pack_partial.py RUNS_DIR ARCHIVE.tgz
+    python launch/pack_partial.py RUNS_DIR ARCHIVE.tgz [--finished GLOB ...]
 
 For each run without ``results.json`` (finished runs are skipped: their small results are
 copied elsewhere, launch/study_protocol.py's ``sync``): its files, but of its checkpoints only
 the latest step (and that step's manifest), and no TensorBoard events or compilation cache, so
 that the archive stays small. Unpacked into the same run directory elsewhere
 (``tar xzf ARCHIVE.tgz -C RUNS_DIR``), the same protocol command resumes those runs.
+
+``--finished GLOB`` (repeatable): the finished runs whose path relative to RUNS_DIR matches GLOB
+(``fnmatch``) are packed the same way, for their final checkpoint. A two-phase network's phase 2
+on the other machine then reuses such a run as its phase 1
+(``invjax.training.plan.finished_results`` needs the checkpoint of the run's last step), e.g.
+``--finished '*/scale_iiws_disco/*'``.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import sys
@@ -25,12 +32,14 @@ def _steps(checkpoints: str) -> list[int]:
     return sorted(int(d) for d in os.listdir(checkpoints) if d.isdigit())
 
 
-def partial_files(runs: str) -> list[str]:
-    """The paths (relative to ``runs``) that the archive holds."""
+def partial_files(runs: str, finished: tuple[str, ...] = ()) -> list[str]:
+    """The paths (relative to ``runs``) that the archive holds: every unfinished run's, and those
+    of the finished runs whose relative path matches a glob of ``finished``."""
     out = []
     for root, dirs, files in os.walk(runs):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        if "results.json" in files:  # finished
+        rel = os.path.relpath(root, runs)
+        if "results.json" in files and not any(fnmatch.fnmatch(rel, g) for g in finished):
             dirs[:] = []
             continue
         if os.path.basename(root) == "checkpoints":
@@ -49,15 +58,26 @@ def partial_files(runs: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    args, finished = list(argv), []
+    while "--finished" in args:
+        i = args.index("--finished")
+        if i + 1 == len(args):
+            print(
+                "--finished needs a GLOB, e.g. --finished '*/scale_iiws_disco/*'", file=sys.stderr
+            )
+            return 2
+        finished.append(args.pop(i + 1))
+        args.pop(i)
+    if len(args) != 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    runs, dest = argv
-    files = partial_files(runs)
+    runs, dest = args
+    files = partial_files(runs, tuple(finished))
     with tarfile.open(dest, "w:gz") as tar:
         for f in files:
             tar.add(os.path.join(runs, f), arcname=f)
-    print(f"{dest}: {len(files)} files of the unfinished runs in {runs}")
+    which = f" (and the finished runs matching {' '.join(finished)})" if finished else ""
+    print(f"{dest}: {len(files)} files of the unfinished runs{which} in {runs}")
     return 0
 
 

@@ -12,11 +12,21 @@
 #   cannot hold them); the main runs go a group of sizes at a time (SIZE_GROUPS, ';'-separated),
 #   K seeds per program (--seeds-in-one), MAIN_PARALLEL programs side by side: a group whose
 #   programs all progress together either lands whole or not at all, so the groups are small.
+# - MAIN_FAMILIES: the main runs' families, if not all of FAMILIES (e.g. tune a family while
+#   another, already tuned, runs its main groups).
 # - No group starts with less than MIN_GROUP_S seconds of the window left; at the window's end
 #   every run is stopped with SIGTERM (each saves a checkpoint on it) and OUTDIR gets
 #   protocol_runs.tgz (the landed runs' small results, PROTOCOL_OUT/runs: commit them)
 #   and protocol_partial.tgz (the unfinished runs' latest checkpoints, to resume elsewhere with
 #   the same command: unpack into the run directory), each log beside them.
+# - RERUN (space-separated run paths relative to the run directory) are removed after that copy,
+#   so that they train again: a run that landed on a machine given back has its small results
+#   in git but no checkpoint, which a two-phase network needs of its phase-1 streams. Their
+#   recorded results stay the record (launch/study_protocol.py reads the choice and the errors
+#   from PROTOCOL_OUT/runs; sync never overwrites it).
+# - PACK_FINISHED (space-separated globs, launch/pack_partial.py --finished) adds the final
+#   checkpoints of the finished runs that match to protocol_partial.tgz, e.g. the streams that
+#   two-phase networks elsewhere will reuse: PACK_FINISHED='*/scale_iiws_disco/*'.
 set -uo pipefail
 out=${1:?usage: bash launch/protocol_window.sh OUTDIR}
 mkdir -p "$out"
@@ -28,8 +38,13 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 end=$((SECONDS + ${WINDOW_S:-420}))
 mkdir -p "$runs" "$mirror"
 cp -rn "$mirror"/. "$runs"/
-common=(--datasets "${DATASETS:-scaled_digits}" --families "${FAMILIES:-scale_pool_disco,scale_iiws_disco}"
-  --runs-dir "$runs" --out "$report" ${PROTOCOL_ARGS:-})
+read -ra rerun <<<"${RERUN:-}"
+for run in "${rerun[@]}"; do
+  case "$run" in /* | *..*) echo "RERUN: $run must be a path inside the run directory" >&2 && exit 2 ;; esac
+  rm -rf "${runs:?}/$run" && echo "== $run removed: it trains again"
+done
+families=${FAMILIES:-scale_pool_disco,scale_iiws_disco}
+common=(--datasets "${DATASETS:-scaled_digits}" --runs-dir "$runs" --out "$report" ${PROTOCOL_ARGS:-})
 
 left() { echo $((end - SECONDS)); }
 protocol() {  # protocol LOG ARGS...: one invocation, stopped at the window's end
@@ -42,7 +57,7 @@ protocol() {  # protocol LOG ARGS...: one invocation, stopped at the window's en
   grep -E "landed|budget|wait|left out|error" "$out/$log" | tail -n 5
 }
 
-protocol tune.log --stage tune --parallel "${TUNE_PARALLEL:-10}" \
+protocol tune.log --stage tune --families "$families" --parallel "${TUNE_PARALLEL:-10}" \
   --runs-per-gpu "${TUNE_PARALLEL:-10}"
 IFS=';' read -ra groups <<<"${SIZE_GROUPS:-20,50;100,300;0}"
 for sizes in "${groups[@]}"; do
@@ -50,11 +65,14 @@ for sizes in "${groups[@]}"; do
     echo "== $(date +%T) $(left) s left: no group of sizes $sizes"
     continue
   fi
-  protocol main.log --stage main --sizes "$sizes" --seeds-in-one \
+  protocol main.log --stage main --families "${MAIN_FAMILIES:-$families}" --sizes "$sizes" --seeds-in-one \
     --parallel "${MAIN_PARALLEL:-4}" --runs-per-gpu "${MAIN_PARALLEL:-4}"
 done
 # the report from what landed, then the two archives
-python3 launch/study_protocol.py "${common[@]}" --stage report >"$out/report.log" 2>&1
+python3 launch/study_protocol.py "${common[@]}" --families "$families" --stage report >"$out/report.log" 2>&1
 tar czf "$out/protocol_runs.tgz" "$mirror"
-python3 launch/pack_partial.py "$runs" "$out/protocol_partial.tgz"
+finished=()
+read -ra globs <<<"${PACK_FINISHED:-}"  # read: no pathname expansion of the globs
+for glob in "${globs[@]}"; do finished+=(--finished "$glob"); done
+python3 launch/pack_partial.py "$runs" "$out/protocol_partial.tgz" "${finished[@]}"
 ls -l "$out"

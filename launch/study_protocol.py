@@ -891,7 +891,10 @@ def write_report(args, figures: bool = True) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     mirror = os.path.join(args.out, "runs")
-    roots = (args.runs_dir, mirror)
+    # The record (OUT/runs, in git) first: a run trained again later, e.g. on another machine to
+    # regain its checkpoint for a two-phase network's phase 1, does not move a choice that its
+    # first landing made (sync never overwrites the record either).
+    roots = (mirror, args.runs_dir)
     landed = [0]
 
     def after(final: bool = False) -> None:

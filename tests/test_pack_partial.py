@@ -43,3 +43,22 @@ def test_packs_only_the_latest_checkpoint_of_unfinished_runs(tmp_path):
 def test_usage_error_without_two_arguments(capsys):
     assert PACK["main"](["only-one"]) == 2
     assert "pack_partial.py RUNS_DIR ARCHIVE.tgz" in capsys.readouterr().err
+
+
+def test_finished_runs_matching_a_glob_come_with_their_final_checkpoint(tmp_path):
+    runs = tmp_path / "runs"
+    for family in ("scale_iiws_disco", "wrn_std"):
+        done = runs / "main" / "d" / family / "n20" / "seed_0"
+        _touch(done / "results.json", "{}")
+        for step in (540, 600):
+            _touch(done / "checkpoints" / str(step) / "state", str(step))
+            _touch(done / "checkpoint_manifests" / f"{step}.json", "{}")
+        _touch(done / "tensorboard" / "events")
+    dest = tmp_path / "p.tgz"
+    assert PACK["main"]([str(runs), str(dest), "--finished", "*/scale_iiws_disco/*"]) == 0
+    run = "main/d/scale_iiws_disco/n20/seed_0"
+    want = [f"{run}/results.json", f"{run}/checkpoint_manifests/600.json"]
+    want.append(f"{run}/checkpoints/600/state")
+    with tarfile.open(dest) as tar:
+        assert tar.getnames() == want  # wrn_std's run, older steps and events stay out
+    assert PACK["main"]([str(runs), str(dest), "--finished"]) == 2

@@ -281,6 +281,23 @@ def test_tuning_choice_needs_every_candidate_and_takes_the_lowest_held_out_error
     assert P["choose"](res, "cnn") is None
 
 
+def test_the_recorded_tuning_choice_stands_when_a_run_is_trained_again(tmp_path, capsys):
+    """A candidate retrained in the run directory (e.g. to regain its checkpoint on another
+    machine) with another held-out error does not move the choice of OUT/runs, the record."""
+    cands = P["candidates"]("cnn")
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    for (label, _), e in zip(cands, [12.0, 11.0, 10.0, 9.5, 30.0, 40.0]):
+        _fake_run(out / "runs" / "tune" / "scaled_digits" / "cnn" / label, 50.0, val_error=e)
+    _fake_run(runs / "tune" / "scaled_digits" / "cnn" / cands[3][0], 50.0, val_error=99.0)
+    argv = ["--stage", "main", "--families", "cnn", "--datasets", "scaled_digits", "--sizes"]
+    argv += ["20", "--seeds", "0", "--runs-dir", str(runs), "--out", str(out), "--dry-run"]
+    assert P["main"](argv) == 0
+    printed = capsys.readouterr().out
+    hp = cands[3][1]  # the record's winner, not the retrained run's runner-up (cands[2])
+    assert f"--config.train.learning_rate={hp['learning_rate']} " in printed
+    assert f"--config.train.weight_decay={hp['weight_decay']} " in printed
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
