@@ -10,8 +10,9 @@
 #   first, so that they are skipped (a finished run is one with its results.json).
 # - Tuning runs TUNE_PARALLEL candidates side by side (their programs differ, so one program
 #   cannot hold them); the main runs go a group of sizes at a time (SIZE_GROUPS, ';'-separated;
-#   set and empty: tuning only), K seeds per program (--seeds-in-one), MAIN_PARALLEL programs side by side: a group whose
-#   programs all progress together either lands whole or not at all, so the groups are small.
+#   set and empty: tuning only), K seeds per program (--seeds-in-one), MAIN_PARALLEL programs
+#   side by side: a group whose programs all progress together either lands whole or not at
+#   all, so the groups are small.
 # - MAIN_FAMILIES: the main runs' families, if not all of FAMILIES (e.g. tune a family while
 #   another, already tuned, runs its main groups).
 # - No group starts with less than MIN_GROUP_S seconds of the window left; at the window's end
