@@ -9,9 +9,10 @@
 # - The runs already landed in docs/results/protocol/runs are copied into the run directory
 #   first, so that they are skipped (a finished run is one with its results.json).
 # - Tuning runs TUNE_PARALLEL candidates side by side (their programs differ, so one program
-#   cannot hold them); the main runs go a group of sizes at a time (SIZE_GROUPS, ';'-separated),
-#   K seeds per program (--seeds-in-one), MAIN_PARALLEL programs side by side: a group whose
-#   programs all progress together either lands whole or not at all, so the groups are small.
+#   cannot hold them); the main runs go a group of sizes at a time (SIZE_GROUPS, ';'-separated;
+#   set and empty: tuning only), K seeds per program (--seeds-in-one), MAIN_PARALLEL programs
+#   side by side: a group whose programs all progress together either lands whole or not at
+#   all, so the groups are small.
 # - MAIN_FAMILIES: the main runs' families, if not all of FAMILIES (e.g. tune a family while
 #   another, already tuned, runs its main groups).
 # - No group starts with less than MIN_GROUP_S seconds of the window left; at the window's end
@@ -59,7 +60,7 @@ protocol() {  # protocol LOG ARGS...: one invocation, stopped at the window's en
 
 protocol tune.log --stage tune --families "$families" --parallel "${TUNE_PARALLEL:-10}" \
   --runs-per-gpu "${TUNE_PARALLEL:-10}"
-IFS=';' read -ra groups <<<"${SIZE_GROUPS:-20,50;100,300;0}"
+IFS=';' read -ra groups <<<"${SIZE_GROUPS-20,50;100,300;0}"
 for sizes in "${groups[@]}"; do
   if [ "$(left)" -lt "${MIN_GROUP_S:-150}" ]; then
     echo "== $(date +%T) $(left) s left: no group of sizes $sizes"
