@@ -1,0 +1,66 @@
+"""launch/protocol_window.sh: RERUN trains recorded runs again without touching the record,
+SIZE_GROUPS set empty tunes only, PACK_FINISHED brings finished runs' checkpoints, bad RERUN."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import tarfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "launch" / "protocol_window.sh"
+RUN = "main/scaled_digits/wrn_std/n20/seed_0"
+
+
+def _window(tmp_path, **env):
+    record, runs = tmp_path / "out", tmp_path / "runs"
+    (record / "runs" / RUN).mkdir(parents=True)
+    (record / "runs" / RUN / "results.json").write_text(json.dumps({"test_error": 9.0}))
+    ckpt = runs / RUN / "checkpoints" / "600"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state").write_text("600")
+    env = dict(
+        os.environ,
+        RUNS=str(runs),
+        PROTOCOL_OUT=str(record),
+        WINDOW_S="120",
+        DATASETS="scaled_digits",
+        FAMILIES="svm",
+        PROTOCOL_ARGS="--dry-run",
+        **env,
+    )
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "w")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc, record, runs
+
+
+def test_rerun_removes_the_run_but_not_the_record_and_empty_size_groups_only_tune(tmp_path):
+    proc, record, runs = _window(tmp_path, RERUN="main/scaled_digits/wrn_std/n20", SIZE_GROUPS="")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "main/scaled_digits/wrn_std/n20 removed: it trains again" in proc.stdout
+    assert not (runs / "main" / "scaled_digits" / "wrn_std" / "n20").exists()
+    assert json.loads((record / "runs" / RUN / "results.json").read_text()) == {"test_error": 9.0}
+    assert "--stage tune" in proc.stdout and "--stage main" not in proc.stdout
+
+
+def test_pack_finished_brings_the_final_checkpoint_of_matching_runs(tmp_path):
+    proc, _, _ = _window(tmp_path, SIZE_GROUPS="", PACK_FINISHED="*/wrn_std/*")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with tarfile.open(tmp_path / "w" / "protocol_partial.tgz") as tar:
+        names = tar.getnames()
+    assert f"{RUN}/checkpoints/600/state" in names and f"{RUN}/results.json" in names
+
+
+def test_a_rerun_path_outside_the_run_directory_is_refused_before_anything_runs(tmp_path):
+    proc, _, runs = _window(tmp_path, RERUN="../elsewhere")
+    assert proc.returncode == 2
+    assert "RERUN: ../elsewhere must be a path inside the run directory" in proc.stderr
+    assert "--stage tune" not in proc.stdout and (runs / RUN / "checkpoints").exists()
