@@ -364,7 +364,8 @@ def plan_main(
     """The main runs of one dataset: ``(network runs, SVM fits, families without HPs)``.
 
     Ordered by N_t, then seed; within one point the single-stream runs first so that the
-    multi-stream runs reuse them as phase 1 (:func:`launch.sweep._share_streams`). A family
+    multi-stream runs reuse them as phase 1 (:func:`launch.sweep._share_streams`): a two-phase
+    family brings its stream families along, whether ``families`` names them or not. A family
     (or a stream of it) whose tuning is not finished is left out and named.
     """
     from invjax.training import plan
@@ -374,6 +375,11 @@ def plan_main(
         return {fam.hp_from or f} | {s for _, s in fam.streams}
 
     fams = [f for f in families if dataset in FAMILIES[f].datasets]
+    # A two-phase family's streams are planned with it (the finished ones are skipped), so that
+    # phase 1 reuses their families' runs of the point instead of training private copies in
+    # DIR/streams (which, on another device than the family's run, would differ from it).
+    for family in list(fams):
+        fams += [s for _, s in FAMILIES[family].streams if s not in fams]
     missing = [f for f in fams if not need(f) <= set(chosen)]
     fams = [f for f in fams if f not in missing]
     hps = {f: c["hps"] for f, c in chosen.items()}

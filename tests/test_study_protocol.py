@@ -147,6 +147,23 @@ def test_main_plan_of_one_point_has_every_family_and_control(tmp_path):
     }
 
 
+def test_a_two_phase_family_alone_reuses_its_stream_families_runs(tmp_path):
+    """``--families dual,triple`` without the stream families: their runs of the point are
+    planned too (finished ones are skipped later), and phase 1 points at them, not at private
+    copies in DIR/streams."""
+    runs, _, missing = P["plan_main"](
+        str(tmp_path), "scaled_digits", ["dual", "triple"], [50], [2], RULE, _all_chosen()
+    )
+    by = {r.experiment: r for r in runs}
+    assert missing == [] and set(by) == {"dual", "triple", "e2_ii", "scale_iiws_disco", "wrn_std"}
+    assert [r.multi for r in runs] == [False, False, False, True, True]
+    for name in ("dual", "triple"):
+        ov = by[name].overrides
+        assert ov["phase1.e2.workdir"] == by["e2_ii"].workdir
+        assert ov["phase1.scale.workdir"] == by["scale_iiws_disco"].workdir
+    assert by["triple"].overrides["phase1.std.workdir"] == by["wrn_std"].workdir
+
+
 def _fake_run(run_dir: pathlib.Path, test_error: float, val_error: float = 10.0, **extra):
     run_dir.mkdir(parents=True, exist_ok=True)
     r = {"test_error": test_error, "val_error": val_error, "val_loss": 0.5, "params": 1} | extra
@@ -195,7 +212,9 @@ def test_parallel_runs_single_streams_first_each_alone_then_multi_streams_by_poi
     args.runs_per_gpu = 4
     assert P["_run_groups"](runs, args, lambda: None) == 0
     (first, a1, k1), (second, _, k2) = calls
-    assert {r.experiment for r in first} == {"wrn_std", "e2_ii"} and len(first) == 4
+    # dual brings its Scale stream's family along (test_a_two_phase_family_alone_reuses_...)
+    assert {r.experiment for r in first} == {"wrn_std", "e2_ii", "scale_iiws_disco"}
+    assert len(first) == 6
     assert [r.experiment for r in second] == ["dual", "dual"]
     assert a1 == (4, None, "gpu") and k1["per_gpu"] == 4
     assert k1["independent"] is True and k2["independent"] is False
