@@ -378,8 +378,10 @@ def plan_main(
     # A two-phase family's streams are planned with it (the finished ones are skipped), so that
     # phase 1 reuses their families' runs of the point instead of training private copies in
     # DIR/streams (which, on another device than the family's run, would differ from it).
+    # (triple_std names wrn_std in all three slots: each family is planned once.)
     for family in list(fams):
-        fams += [s for _, s in FAMILIES[family].streams if s not in fams]
+        fams += [s for _, s in FAMILIES[family].streams]
+    fams = list(dict.fromkeys(fams))
     missing = [f for f in fams if not need(f) <= set(chosen)]
     fams = [f for f in fams if f not in missing]
     hps = {f: c["hps"] for f, c in chosen.items()}

@@ -164,6 +164,29 @@ def test_a_two_phase_family_alone_reuses_its_stream_families_runs(tmp_path):
     assert by["triple"].overrides["phase1.std.workdir"] == by["wrn_std"].workdir
 
 
+def test_triple_std_plans_its_stream_family_once_and_reuses_it_in_one_slot(tmp_path):
+    """``triple_std`` names ``wrn_std`` in all three slots: each ``wrn_std`` run is planned once
+    (two copies of one run would train side by side in one workdir), the slot with seed offset
+    0 reuses it, and the other two slots (seeds k+1, k+2) train their own streams on the same
+    data."""
+    from invjax.training import plan
+
+    runs, _, missing = P["plan_main"](
+        str(tmp_path), "rotscaled_digits", ["triple_std"], [20], [1], RULE, _all_chosen()
+    )
+    assert missing == []
+    assert [(r.experiment, r.multi) for r in runs] == [("wrn_std", False), ("triple_std", True)]
+    std, tstd = runs
+    ov = tstd.overrides
+    assert ov["phase1.e2.workdir"] == std.workdir
+    assert "phase1.scale.workdir" not in ov and "phase1.std.workdir" not in ov
+    config = P["sweep"]["load_config"](tstd.config, ov)
+    streams = {s: plan.stream_config(config, s) for s in ("e2", "scale", "std")}
+    assert [streams[s].seed for s in ("e2", "scale", "std")] == [1, 2, 3]
+    for s in streams.values():  # one realisation and one N_t subset for the three slots
+        assert (s.data.seed, s.data.realisation, s.data.n_train) == (1, 1, 20)
+
+
 def _fake_run(run_dir: pathlib.Path, test_error: float, val_error: float = 10.0, **extra):
     run_dir.mkdir(parents=True, exist_ok=True)
     r = {"test_error": test_error, "val_error": val_error, "val_loss": 0.5, "params": 1} | extra
