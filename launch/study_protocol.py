@@ -3,7 +3,7 @@
     python launch/study_protocol.py --stage tune|main|all|report
         [--datasets scaled_digits,rotscaled_digits] [--families F,F,...] [--sizes 20,50,100,300,0]
         [--seeds 0,1,2,3,4,5] [--runs-dir /work/runs/study_protocol] [--out docs/results/protocol]
-        [--min-steps 600] [--min-epochs 60] [--batch-size 64] [--width-divisor 2]
+        [--min-steps 600] [--min-epochs 150] [--batch-size 64] [--width-divisor 2]
         [--test t|signflip|wilcoxon] [--holm-family all|claim] [--budget-minutes 0]
         [--parallel 1] [--runs-per-gpu 1] [--platform auto] [--commit] [--seeds-in-one] [--dry-run]
 
@@ -24,7 +24,9 @@ Protocol (``docs/results/protocol/README.md`` states it with the figures):
    ``--seeds`` (seed k = realisation k and the class-balanced subset drawn by k: the same
    splits for every family, the SVM included), with the chosen HPs and the training-length rule
    :func:`schedule` (at least ``--min-steps`` optimiser steps and ``--min-epochs`` epochs, x0.1
-   after 2/3). The *last* epoch's model is reported (``train.select_best=False``): the 359
+   after 2/3; :data:`MAIN_RULE`, which replaced :data:`FIRST_RULE` where the two differ, at
+   N_t >= 300). The tuning runs keep the first rule's length whatever the main rule
+   (:func:`tune_rule`). The *last* epoch's model is reported (``train.select_best=False``): the 359
    validation digits are only watched, never used to select. Each run's epoch-mean training
    loss and error are kept; :func:`study_stats.convergence` counts the unconverged runs.
 3. **Claims** (:data:`CLAIMS`): paired differences over the realisations, the paired t-test
@@ -33,8 +35,11 @@ Protocol (``docs/results/protocol/README.md`` states it with the figures):
    per claim and N_t: supported / contradicted / inconclusive (pending while a comparison has
    fewer than ``len(--seeds)`` realisations).
 
-Runs: ``RUNS/tune/DATASET/FAMILY/<candidate>`` and ``RUNS/main/DATASET/FAMILY/n<N_t>/seed_<k>``
-(``nall`` = 1079). A run whose ``results.json`` exists is skipped and an interrupted one resumes
+Runs: ``RUNS/tune/DATASET/FAMILY/<candidate>`` and ``RUNS/main/DATASET/FAMILY/<label>/seed_<k>``
+with :func:`run_label`: ``n<N_t>`` (``nall`` = 1079) where the rule trains the point as the first
+rule did, else ``n<N_t>_<tag>`` (e.g. ``n300_e150``), so that two rules' runs never mix. The
+report counts the runs of the rule given (``--min-*``) and lists the first rule's runs that it
+replaced in a section of their own. A run whose ``results.json`` exists is skipped and an interrupted one resumes
 from its checkpoint, so the same command finishes a study stopped anywhere. After every finished
 group of runs the small results (``results.json``, the training curve) are copied into
 ``OUT/runs/`` (same layout), the report in ``OUT`` is rewritten from that copy, and with
@@ -192,6 +197,27 @@ class Rule:
     batch_size: int = 64
     width_divisor: float = 2.0
 
+    def tag(self) -> str:
+        """The fields that differ from :data:`FIRST_RULE`, e.g. ``'e150'`` (``''``: none)."""
+        short = {"min_steps": "s", "min_epochs": "e", "batch_size": "b", "width_divisor": "w"}
+        return "".join(
+            f"{short[f.name]}{getattr(self, f.name):g}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(FIRST_RULE, f.name)
+        )
+
+
+# The rule the study started with (2026-11-25): run directories are named by N_t alone under it.
+FIRST_RULE = Rule()
+# The tuning runs' length stays the first rule's (60 epochs of the 863 images, 840 steps) under
+# any main rule: the HPs were chosen once, at that length, for every family.
+TUNE_RULE_FIELDS = ("min_steps", "min_epochs")
+# The main runs' rule since 2026-11-27: at least 150 epochs. N_t <= 100 train exactly as under
+# the first rule (600 or 300 epochs already), N_t = 300 and 1079 train 150 epochs instead of 120
+# and 60: 137 of the first rule's 612 main runs ended unconverged, 105 of them at N_t >= 300
+# (docs/results/protocol/README.md states the choice and the pilot behind it).
+MAIN_RULE = Rule(min_epochs=150)
+
 
 def schedule(n_train: int, rule: Rule, factor: float = 1.0) -> dict:
     """``train.*`` overrides of one run with ``n_train`` images (0 = all 1079).
@@ -267,10 +293,11 @@ def network_overrides(
 
     ``hps``: family -> ``{'learning_rate', 'weight_decay'}`` chosen (for the multi-stream
     families also their streams' families); the tuning stage passes the candidate under
-    ``family`` itself.
+    ``family`` itself. A tuning run trains for :func:`tune_rule`'s length whatever ``rule``.
     """
     fam = FAMILIES[family]
     n_eff = N_TUNE if tune else n_train
+    rule = tune_rule(rule) if tune else rule
     ov = _data(dataset, n_train, seed, tune) | dict(fam.overrides)
     own = hps[fam.hp_from or family]
     if fam.streams:
@@ -298,8 +325,32 @@ def sweep_wrn_stems() -> tuple[str, ...]:
     return (*study["WRN_STEMS"], "digits_e2_rot")
 
 
-def run_label(n_train: int) -> str:
-    return f"n{n_train}" if n_train else "nall"
+def run_label(n_train: int, rule: Rule = FIRST_RULE) -> str:
+    """A main run's directory name at ``n_train``: ``n<N_t>`` (``nall``) where ``rule`` trains
+    the point as :data:`FIRST_RULE` does (same schedule and widths), else with the rule's
+    :meth:`Rule.tag`, e.g. ``n300_e150``. The runs of two rules then never share a directory,
+    and a rule's runs that are identical to the first rule's are the same runs."""
+    base = f"n{n_train}" if n_train else "nall"
+    same = schedule(n_train, rule) == schedule(n_train, FIRST_RULE)
+    if same and rule.width_divisor == FIRST_RULE.width_divisor:
+        return base
+    return f"{base}_{rule.tag()}"
+
+
+def parse_label(label: str) -> tuple[int, str] | None:
+    """``(N_t, rule tag)`` of a :func:`run_label` (N_t = 1079 for ``nall``), None otherwise."""
+    size, _, tag = label.partition("_")
+    if size == "nall":
+        return N_ALL, tag
+    if size[:1] == "n" and size[1:].isdigit():
+        return int(size[1:]), tag
+    return None
+
+
+def tune_rule(rule: Rule) -> Rule:
+    """The rule of the tuning runs under main rule ``rule``: its batch and widths, the first
+    rule's length (:data:`TUNE_RULE_FIELDS`)."""
+    return dataclasses.replace(rule, **{f: getattr(FIRST_RULE, f) for f in TUNE_RULE_FIELDS})
 
 
 def _run(family: str, workdir: str, ov: dict, point: tuple) -> object:
@@ -391,7 +442,7 @@ def plan_main(
             point = []
             for family in fams:
                 workdir = os.path.join(
-                    runs_dir, "main", dataset, family, run_label(n), f"seed_{seed}"
+                    runs_dir, "main", dataset, family, run_label(n, rule), f"seed_{seed}"
                 )
                 if FAMILIES[family].stem is None:
                     svm.append(_data(dataset, n, seed, False) | hps["svm"] | {"workdir": workdir})
@@ -556,8 +607,10 @@ def chosen_hps(roots: Sequence[str], dataset: str, families: Sequence[str] | Non
     return out
 
 
-def main_errors(root: str) -> dict[tuple, dict]:
-    """(dataset, family, N_t) -> {seed: record} of the finished main runs under ``root``."""
+def main_errors(root: str, rule: Rule = FIRST_RULE, sizes: Sequence[int] | None = None):
+    """(dataset, family, N_t) -> {seed: record} of the finished main runs under ``root`` that
+    ``rule`` trains (directories named :func:`run_label` ``(N_t, rule)``; other rules' runs are
+    left out), at the N_t in ``sizes`` (None: every N_t)."""
     out: dict[tuple, dict] = {}
     base = os.path.join(root, "main")
     if not os.path.isdir(base):
@@ -566,7 +619,14 @@ def main_errors(root: str) -> dict[tuple, dict]:
         for family in sorted(os.listdir(os.path.join(base, dataset))):
             fdir = os.path.join(base, dataset, family)
             for size in sorted(os.listdir(fdir)):
-                n = N_ALL if size == "nall" else int(size[1:])
+                parsed = parse_label(size)
+                if parsed is None:
+                    continue
+                n = parsed[0]
+                if size != run_label(0 if n == N_ALL else n, rule):
+                    continue
+                if sizes is not None and n not in sizes:
+                    continue
                 for sd in sorted(os.listdir(os.path.join(fdir, size))):
                     if not sd.startswith("seed_"):
                         continue
@@ -711,10 +771,10 @@ def parse(argv: Sequence[str] | None):
     p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="realisations 0..5")
     p.add_argument("--runs-dir", default="runs/study_protocol")
     p.add_argument("--out", default="docs/results/protocol")
-    p.add_argument("--min-steps", type=int, default=Rule.min_steps)
-    p.add_argument("--min-epochs", type=int, default=Rule.min_epochs)
-    p.add_argument("--batch-size", type=int, default=Rule.batch_size)
-    p.add_argument("--width-divisor", type=float, default=Rule.width_divisor)
+    p.add_argument("--min-steps", type=int, default=MAIN_RULE.min_steps)
+    p.add_argument("--min-epochs", type=int, default=MAIN_RULE.min_epochs)
+    p.add_argument("--batch-size", type=int, default=MAIN_RULE.batch_size)
+    p.add_argument("--width-divisor", type=float, default=MAIN_RULE.width_divisor)
     p.add_argument("--test", choices=stats["TESTS"], default="t", help="the primary paired test")
     p.add_argument("--holm-family", choices=("all", "claim"), default="all")
     p.add_argument("--budget-minutes", type=float, default=0.0, help="0 = none")
@@ -789,7 +849,8 @@ def write_report(args, figures: bool = True) -> None:
         "Written by `python launch/study_protocol.py " + shlex.join(args.argv) + "` from the "
         "runs copied into `runs/` here (README.md: the protocol and the commands). "
         f"Rule: at least {args.rule.min_steps} steps and {args.rule.min_epochs} epochs at batch "
-        f"{args.rule.batch_size}, WRN widths / {args.rule.width_divisor:g}; last-epoch models.",
+        f"{args.rule.batch_size}, WRN widths / {args.rule.width_divisor:g}; last-epoch models "
+        f"(tuning: {tune_rule(args.rule).min_epochs} epochs).",
         "",
     ]
     tuning = {}
@@ -826,7 +887,7 @@ def write_report(args, figures: bool = True) -> None:
                 os.path.join(args.out, "convergence"),
                 "tune",
             )
-    errors = main_errors(mirror)
+    errors = main_errors(mirror, args.rule)
     need = len(args.seeds)
     claims = claims_table(errors, need, args.test, args.holm_family)
     for dataset in datasets:
@@ -865,6 +926,7 @@ def write_report(args, figures: bool = True) -> None:
                 os.path.join(args.out, "convergence"),
                 "main",
             )
+    first, first_claims = _superseded(mirror, args, need)
     judged, bad, names = report["convergence_summary"](errors)
     if judged:
         text += [
@@ -875,6 +937,7 @@ def write_report(args, figures: bool = True) -> None:
             f"{stats['LOSS_FLOOR']}): " + (", ".join(names) if names else "none") + ".",
             "",
         ]
+    text += first
     controls = [f for f in fams if FAMILIES[f].tune == "inherit"]
     if figures:
         report["plot_errors"](errors, args.out, fams, controls)
@@ -885,6 +948,9 @@ def write_report(args, figures: bool = True) -> None:
         json.dump(tuning, f, indent=1)
     with open(os.path.join(args.out, "claims.json"), "w") as f:
         json.dump(claims, f, indent=1)
+    if first_claims:
+        with open(os.path.join(args.out, "claims_first_rule.json"), "w") as f:
+            json.dump(first_claims, f, indent=1)
     rows = [
         {"dataset": d, "family": fam, "n_train": n, "seed": s}
         | {k: r.get(k) for k in ("test_error", "val_error", "train_loss", "train_error")}
@@ -894,6 +960,36 @@ def write_report(args, figures: bool = True) -> None:
     ]
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=1)
+
+
+def _superseded(mirror: str, args, need: int) -> tuple[list[str], list[dict]]:
+    """The first rule's runs at the N_t that ``args.rule`` trains otherwise: a Markdown section
+    (their tables and claims, Holm over these alone) and the claims; both empty where the rules
+    agree at every N_t. Kept for the record, outside the report's verdicts."""
+    changed = [n or N_ALL for n in SIZES if run_label(n, args.rule) != run_label(n, FIRST_RULE)]
+    errors = main_errors(mirror, FIRST_RULE, changed) if changed else {}
+    if not errors:
+        return [], []
+    claims = claims_table(errors, need, args.test, args.holm_family)
+    r = FIRST_RULE
+    text = [
+        f"## Superseded: the first rule at N_t = {', '.join(map(str, changed))}",
+        "",
+        f"These runs trained under the first rule (at least {r.min_steps} steps and "
+        f"{r.min_epochs} epochs), which the rule above replaced at these N_t before their "
+        "retraining; most of them ended unconverged. They are not among the verdicts above; "
+        "their claims below are corrected among themselves only.",
+        "",
+    ]
+    for dataset in DATASETS:
+        table = report["results_table"](errors, dataset, tuple(FAMILIES), need)
+        if table:
+            text += [f"### {dataset} (first rule)", "", table, ""]
+            cm = report["claims_markdown"](claims, dataset)
+            text += [cm, ""] if cm else []
+    judged, bad, _ = report["convergence_summary"](errors)
+    text += [f"{bad} of these {judged} runs are unconverged.", ""]
+    return text, claims
 
 
 def main(argv: Sequence[str] | None = None) -> int:
