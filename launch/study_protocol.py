@@ -3,7 +3,7 @@
     python launch/study_protocol.py --stage tune|main|all|report
         [--datasets scaled_digits,rotscaled_digits] [--families F,F,...] [--sizes 20,50,100,300,0]
         [--seeds 0,1,2,3,4,5] [--runs-dir /work/runs/study_protocol] [--out docs/results/protocol]
-        [--min-steps 600] [--min-epochs 150] [--batch-size 64] [--width-divisor 2]
+        [--min-steps 600] [--min-epochs 300] [--batch-size 64] [--width-divisor 2]
         [--test t|signflip|wilcoxon] [--holm-family all|claim] [--budget-minutes 0]
         [--parallel 1] [--runs-per-gpu 1] [--platform auto] [--commit] [--seeds-in-one] [--dry-run]
 
@@ -37,7 +37,7 @@ Protocol (``docs/results/protocol/README.md`` states it with the figures):
 
 Runs: ``RUNS/tune/DATASET/FAMILY/<candidate>`` and ``RUNS/main/DATASET/FAMILY/<label>/seed_<k>``
 with :func:`run_label`: ``n<N_t>`` (``nall`` = 1079) where the rule trains the point as the first
-rule did, else ``n<N_t>_<tag>`` (e.g. ``n300_e150``), so that two rules' runs never mix. The
+rule did, else ``n<N_t>_<tag>`` (e.g. ``n300_e300``), so that two rules' runs never mix. The
 report counts the runs of the rule given (``--min-*``) and lists the first rule's runs that it
 replaced in a section of their own. A run whose ``results.json`` exists is skipped and an interrupted one resumes
 from its checkpoint, so the same command finishes a study stopped anywhere. After every finished
@@ -198,7 +198,7 @@ class Rule:
     width_divisor: float = 2.0
 
     def tag(self) -> str:
-        """The fields that differ from :data:`FIRST_RULE`, e.g. ``'e150'`` (``''``: none)."""
+        """The fields that differ from :data:`FIRST_RULE`, e.g. ``'e300'`` (``''``: none)."""
         short = {"min_steps": "s", "min_epochs": "e", "batch_size": "b", "width_divisor": "w"}
         return "".join(
             f"{short[f.name]}{getattr(self, f.name):g}"
@@ -212,11 +212,12 @@ FIRST_RULE = Rule()
 # The tuning runs' length stays the first rule's (60 epochs of the 863 images, 840 steps) under
 # any main rule: the HPs were chosen once, at that length, for every family.
 TUNE_RULE_FIELDS = ("min_steps", "min_epochs")
-# The main runs' rule since 2026-11-27: at least 150 epochs. N_t <= 100 train exactly as under
-# the first rule (600 or 300 epochs already), N_t = 300 and 1079 train 150 epochs instead of 120
-# and 60: 137 of the first rule's 612 main runs ended unconverged, 105 of them at N_t >= 300
-# (docs/results/protocol/README.md states the choice and the pilot behind it).
-MAIN_RULE = Rule(min_epochs=150)
+# The main runs' rule since 2026-11-27: at least 300 epochs. N_t <= 100 train exactly as under
+# the first rule (600 or 300 epochs already); N_t = 300 and 1079 train 300 epochs instead of
+# 120 and 60. 137 of the first rule's 612 main runs had ended unconverged, 105 of them at
+# N_t >= 300; the length was fixed by launch/protocol_rule_pilot.py on the tuning split alone
+# (docs/results/protocol/README.md: at 150 epochs 3 of 4 pilot runs were unconverged).
+MAIN_RULE = Rule(min_epochs=300)
 
 
 def schedule(n_train: int, rule: Rule, factor: float = 1.0) -> dict:
@@ -328,7 +329,7 @@ def sweep_wrn_stems() -> tuple[str, ...]:
 def run_label(n_train: int, rule: Rule = FIRST_RULE) -> str:
     """A main run's directory name at ``n_train``: ``n<N_t>`` (``nall``) where ``rule`` trains
     the point as :data:`FIRST_RULE` does (same schedule and widths), else with the rule's
-    :meth:`Rule.tag`, e.g. ``n300_e150``. The runs of two rules then never share a directory,
+    :meth:`Rule.tag`, e.g. ``n300_e300``. The runs of two rules then never share a directory,
     and a rule's runs that are identical to the first rule's are the same runs."""
     base = f"n{n_train}" if n_train else "nall"
     same = schedule(n_train, rule) == schedule(n_train, FIRST_RULE)

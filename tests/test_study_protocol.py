@@ -312,15 +312,15 @@ def test_sync_copies_small_results_once_and_report_gives_verdicts(tmp_path):
 
 
 def test_a_longer_rule_renames_only_the_points_it_trains_otherwise(tmp_path):
-    """The main rule (at least 150 epochs) trains N_t <= 100 exactly as the first rule did, so
-    those runs keep their directories; N_t = 300 and 1079 go to ``n300_e150`` / ``nall_e150``;
+    """The main rule (at least 300 epochs) trains N_t <= 100 exactly as the first rule did, so
+    those runs keep their directories; N_t = 300 and 1079 go to ``n300_e300`` / ``nall_e300``;
     the tuning runs keep the first rule's length."""
     first, main = P["FIRST_RULE"], P["MAIN_RULE"]
     labels = [P["run_label"](n, main) for n in (20, 50, 100, 300, 0)]
-    assert labels == ["n20", "n50", "n100", "n300_e150", "nall_e150"]
+    assert labels == ["n20", "n50", "n100", "n300_e300", "nall_e300"]
     assert [P["run_label"](n, first) for n in (100, 300, 0)] == ["n100", "n300", "nall"]
-    assert [P["schedule"](n, main)["num_epochs"] for n in (300, 0)] == [150, 150]
-    assert P["parse_label"]("nall_e150") == (P["N_ALL"], "e150")
+    assert [P["schedule"](n, main)["num_epochs"] for n in (300, 0)] == [300, 300]
+    assert P["parse_label"]("nall_e300") == (P["N_ALL"], "e300")
     assert P["parse_label"]("n300") == (300, "") and P["parse_label"]("seeds.json") is None
     args = (str(tmp_path), "scaled_digits", ["dual"], [100, 300], [0])
     runs_first, _, _ = P["plan_main"](*args, first, _all_chosen())
@@ -330,11 +330,11 @@ def test_a_longer_rule_renames_only_the_points_it_trains_otherwise(tmp_path):
         if b.point[1] == 100:  # the same runs: same directory, same command
             assert (a.workdir, a.overrides) == (b.workdir, b.overrides) and label == "n100"
         else:
-            assert label == "n300_e150" and a.workdir != b.workdir
+            assert label == "n300_e300" and a.workdir != b.workdir
     dual = next(r for r in runs_main if r.multi and r.point[1] == 300)
-    assert "/e2_ii/n300_e150/" in dual.overrides["phase1.e2.workdir"]  # shared at the new rule
-    assert dual.overrides["phase1.e2.train.num_epochs"] == 150
-    assert dual.overrides["train.num_epochs"] == 38  # the head: ceil(150 / 4)
+    assert "/e2_ii/n300_e300/" in dual.overrides["phase1.e2.workdir"]  # shared at the new rule
+    assert dual.overrides["phase1.e2.train.num_epochs"] == 300
+    assert dual.overrides["train.num_epochs"] == 75  # the head: 300 / 4
     tune = [P["plan_tune"](str(tmp_path), "scaled_digits", ["e2_ii"], r, {}) for r in (first, main)]
     assert [r.overrides for r in tune[0][0]] == [r.overrides for r in tune[1][0]]
     assert tune[1][0][0].overrides["train.num_epochs"] == 60
@@ -344,7 +344,7 @@ def test_report_counts_the_rules_runs_and_keeps_the_first_rules_apart(tmp_path):
     out = tmp_path / "out"
     mirror = out / "runs" / "main" / "scaled_digits"
     for seed in range(6):
-        for label, better in (("n20", 2.0), ("n300", -2.0), ("n300_e150", 3.0)):
+        for label, better in (("n20", 2.0), ("n300", -2.0), ("n300_e300", 3.0)):
             _fake_run(mirror / "e2_ii" / label / f"seed_{seed}", 20.0 + seed)
             _fake_run(
                 mirror / "e2_pool" / label / f"seed_{seed}", 20.0 + seed + better + 0.1 * seed
@@ -359,7 +359,7 @@ def test_report_counts_the_rules_runs_and_keeps_the_first_rules_apart(tmp_path):
     md = (out / "results.md").read_text()
     assert "## Superseded: the first rule at N_t = 300, 1079" in md
     rows = json.loads((out / "results.json").read_text())
-    assert len(rows) == 24  # n20 and n300_e150 only
+    assert len(rows) == 24  # n20 and n300_e300 only
 
 
 def test_tuning_choice_needs_every_candidate_and_takes_the_lowest_held_out_error(tmp_path):
