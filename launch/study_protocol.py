@@ -978,8 +978,8 @@ def _superseded(mirror: str, args, need: int) -> tuple[list[str], list[dict]]:
         "",
         f"These runs trained under the first rule (at least {r.min_steps} steps and "
         f"{r.min_epochs} epochs), which the rule above replaced at these N_t before their "
-        "retraining; most of them ended unconverged. They are not among the verdicts above; "
-        "their claims below are corrected among themselves only.",
+        "retraining, for their convergence (count below). They are not among the verdicts "
+        "above; their claims below are corrected among themselves only.",
         "",
     ]
     for dataset in DATASETS:
