@@ -338,6 +338,12 @@ def run_label(n_train: int, rule: Rule = FIRST_RULE) -> str:
     return f"{base}_{rule.tag()}"
 
 
+def family_label(family: str, n_train: int, rule: Rule) -> str:
+    """:func:`run_label` of ``family``'s runs: the SVM has no epochs, so every rule fits it as
+    the first rule did and its runs keep their directories."""
+    return run_label(n_train, rule if FAMILIES[family].stem is not None else FIRST_RULE)
+
+
 def parse_label(label: str) -> tuple[int, str] | None:
     """``(N_t, rule tag)`` of a :func:`run_label` (N_t = 1079 for ``nall``), None otherwise."""
     size, _, tag = label.partition("_")
@@ -443,7 +449,7 @@ def plan_main(
             point = []
             for family in fams:
                 workdir = os.path.join(
-                    runs_dir, "main", dataset, family, run_label(n, rule), f"seed_{seed}"
+                    runs_dir, "main", dataset, family, family_label(family, n, rule), f"seed_{seed}"
                 )
                 if FAMILIES[family].stem is None:
                     svm.append(_data(dataset, n, seed, False) | hps["svm"] | {"workdir": workdir})
@@ -624,7 +630,9 @@ def main_errors(root: str, rule: Rule = FIRST_RULE, sizes: Sequence[int] | None 
                 if parsed is None:
                     continue
                 n = parsed[0]
-                if size != run_label(0 if n == N_ALL else n, rule):
+                if family not in FAMILIES or size != family_label(
+                    family, 0 if n == N_ALL else n, rule
+                ):
                     continue
                 if sizes is not None and n not in sizes:
                     continue
@@ -969,6 +977,8 @@ def _superseded(mirror: str, args, need: int) -> tuple[list[str], list[dict]]:
     agree at every N_t. Kept for the record, outside the report's verdicts."""
     changed = [n or N_ALL for n in SIZES if run_label(n, args.rule) != run_label(n, FIRST_RULE)]
     errors = main_errors(mirror, FIRST_RULE, changed) if changed else {}
+    # the SVM's runs are the same under both rules: counted above, not superseded
+    errors = {k: v for k, v in errors.items() if FAMILIES[k[1]].stem is not None}
     if not errors:
         return [], []
     claims = claims_table(errors, need, args.test, args.holm_family)

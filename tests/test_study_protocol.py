@@ -335,6 +335,11 @@ def test_a_longer_rule_renames_only_the_points_it_trains_otherwise(tmp_path):
     assert "/e2_ii/n300_e300/" in dual.overrides["phase1.e2.workdir"]  # shared at the new rule
     assert dual.overrides["phase1.e2.train.num_epochs"] == 300
     assert dual.overrides["train.num_epochs"] == 75  # the head: 300 / 4
+    svm = [
+        P["plan_main"](str(tmp_path), "scaled_digits", ["svm"], [300], [0], r, _all_chosen())
+        for r in (first, main)
+    ]
+    assert svm[0][1] == svm[1][1] and "/svm/n300/" in svm[1][1][0]["workdir"]  # no epochs
     tune = [P["plan_tune"](str(tmp_path), "scaled_digits", ["e2_ii"], r, {}) for r in (first, main)]
     assert [r.overrides for r in tune[0][0]] == [r.overrides for r in tune[1][0]]
     assert tune[1][0][0].overrides["train.num_epochs"] == 60
@@ -349,6 +354,7 @@ def test_report_counts_the_rules_runs_and_keeps_the_first_rules_apart(tmp_path):
             _fake_run(
                 mirror / "e2_pool" / label / f"seed_{seed}", 20.0 + seed + better + 0.1 * seed
             )
+        _fake_run(mirror / "svm" / "n300" / f"seed_{seed}", 30.0)  # the same under both rules
     args = P["parse"](["--stage", "report", "--out", str(out), "--datasets", "scaled_digits"])
     P["write_report"](args, figures=False)
     claims = {c["n_train"]: c for c in json.loads((out / "claims.json").read_text())}
@@ -359,7 +365,10 @@ def test_report_counts_the_rules_runs_and_keeps_the_first_rules_apart(tmp_path):
     md = (out / "results.md").read_text()
     assert "## Superseded: the first rule at N_t = 300, 1079" in md
     rows = json.loads((out / "results.json").read_text())
-    assert len(rows) == 24  # n20 and n300_e300 only
+    assert len(rows) == 30  # n20 and n300_e300, and the SVM's n300
+    assert {r["family"] for r in rows if r["n_train"] == 300} == {"e2_ii", "e2_pool", "svm"}
+    superseded = md[md.index("## Superseded") :]
+    assert "| e2_ii |" in superseded and "| svm |" not in superseded
 
 
 def test_tuning_choice_needs_every_candidate_and_takes_the_lowest_held_out_error(tmp_path):
