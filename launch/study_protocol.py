@@ -35,14 +35,14 @@ Protocol (``docs/results/protocol/README.md`` states it with the figures):
    per claim and N_t: supported / contradicted / inconclusive (pending while a comparison has
    fewer than ``len(--seeds)`` realisations).
 
-Runs: ``RUNS/tune/DATASET/FAMILY/<candidate>`` and ``RUNS/main/DATASET/FAMILY/<label>/seed_<k>``
-with :func:`run_label`: ``n<N_t>`` (``nall`` = 1079) where the rule trains the point as the first
-rule did, else ``n<N_t>_<tag>`` (e.g. ``n300_e300``), so that two rules' runs never mix. The
-report counts the runs of the rule given (``--min-*``) and lists the first rule's runs that it
-replaced in a section of their own. A run whose ``results.json`` exists is skipped and an interrupted one resumes
-from its checkpoint, so the same command finishes a study stopped anywhere. After every finished
-group of runs the small results (``results.json``, the training curve) are copied into
-``OUT/runs/`` (same layout), the report in ``OUT`` is rewritten from that copy, and with
+Runs: ``RUNS/tune/DATASET/FAMILY/<candidate>`` and
+``RUNS/main/DATASET/FAMILY/<label>/seed_<k>`` with :func:`run_label`: ``n<N_t>`` (``nall`` =
+1079) where the rule trains the point as the first rule did, else ``n<N_t>_<tag>`` (e.g.
+``n300_e300``), so that two rules' runs never mix. The report counts the runs of the rule given
+(``--min-*``) and lists the first rule's runs that it replaced in a section of their own. A run
+whose ``results.json`` exists is skipped and an interrupted one resumes from its checkpoint,
+so the same command finishes a study stopped anywhere. After every finished group of runs the
+small results (``results.json``, the training curve) are copied into ``OUT/runs/`` (same layout), the report in ``OUT`` is rewritten from that copy, and with
 ``--commit`` both are committed to the git repository holding ``OUT`` (those paths only).
 ``--stage report`` rewrites the report from ``OUT/runs`` alone (no run directory needed).
 
@@ -957,9 +957,12 @@ def write_report(args, figures: bool = True) -> None:
         json.dump(tuning, f, indent=1)
     with open(os.path.join(args.out, "claims.json"), "w") as f:
         json.dump(claims, f, indent=1)
+    first_path = os.path.join(args.out, "claims_first_rule.json")
     if first_claims:
-        with open(os.path.join(args.out, "claims_first_rule.json"), "w") as f:
+        with open(first_path, "w") as f:
             json.dump(first_claims, f, indent=1)
+    elif os.path.isfile(first_path):  # a report under the first rule itself
+        os.remove(first_path)
     rows = [
         {"dataset": d, "family": fam, "n_train": n, "seed": s}
         | {k: r.get(k) for k in ("test_error", "val_error", "train_loss", "train_error")}
