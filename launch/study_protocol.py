@@ -42,9 +42,10 @@ Runs: ``RUNS/tune/DATASET/FAMILY/<candidate>`` and
 (``--min-*``) and lists the first rule's runs that it replaced in a section of their own. A run
 whose ``results.json`` exists is skipped and an interrupted one resumes from its checkpoint,
 so the same command finishes a study stopped anywhere. After every finished group of runs the
-small results (``results.json``, the training curve) are copied into ``OUT/runs/`` (same layout), the report in ``OUT`` is rewritten from that copy, and with
-``--commit`` both are committed to the git repository holding ``OUT`` (those paths only).
-``--stage report`` rewrites the report from ``OUT/runs`` alone (no run directory needed).
+small results (``results.json``, the training curve) are copied into ``OUT/runs/`` (same
+layout), the report in ``OUT`` is rewritten from that copy, and with ``--commit`` both are
+committed to the git repository holding ``OUT`` (those paths only). ``--stage report`` rewrites
+the report from ``OUT/runs`` alone (no run directory needed).
 
 ``--seeds-in-one``: single-stream families run a (dataset, family, N_t) group of seeds as one
 ``python -m invjax.main --config.seeds=(0,1,...)`` invocation with workdir ``.../n<N_t>``,
