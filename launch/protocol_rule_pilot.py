@@ -81,13 +81,8 @@ def main(argv=None) -> int:
                 line |= {"train_loss": r.get("train_loss"), "train_error": r.get("train_error")}
                 line |= {"drop": conv.get("drop"), "converged": conv.get("converged")}
                 print(json.dumps(line), flush=True)
-                dst = os.path.join(args.out, rel)
-                os.makedirs(dst, exist_ok=True)
-                with open(os.path.join(dst, "curve.json"), "w") as f:
-                    json.dump(r["curve"], f)
-                with open(os.path.join(dst, "results.json"), "w") as f:
-                    src = os.path.join(wd, "results.json")
-                    f.write(pathlib.Path(src).read_text())
+    if not args.dry_run:  # the finished runs' results and curves, as the study's record keeps them
+        P["sync"](os.path.abspath(args.runs_dir), args.out)
     return 0
 
 

@@ -345,13 +345,13 @@ def family_label(family: str, n_train: int, rule: Rule) -> str:
     return run_label(n_train, rule if FAMILIES[family].stem is not None else FIRST_RULE)
 
 
-def parse_label(label: str) -> tuple[int, str] | None:
-    """``(N_t, rule tag)`` of a :func:`run_label` (N_t = 1079 for ``nall``), None otherwise."""
-    size, _, tag = label.partition("_")
+def parse_label(label: str) -> int | None:
+    """N_t of a :func:`run_label` (1079 for ``nall``, ``nall_e300``), None for other names."""
+    size = label.partition("_")[0]
     if size == "nall":
-        return N_ALL, tag
+        return N_ALL
     if size[:1] == "n" and size[1:].isdigit():
-        return int(size[1:]), tag
+        return int(size[1:])
     return None
 
 
@@ -627,10 +627,9 @@ def main_errors(root: str, rule: Rule = FIRST_RULE, sizes: Sequence[int] | None 
         for family in sorted(os.listdir(os.path.join(base, dataset))):
             fdir = os.path.join(base, dataset, family)
             for size in sorted(os.listdir(fdir)):
-                parsed = parse_label(size)
-                if parsed is None:
+                n = parse_label(size)
+                if n is None:
                     continue
-                n = parsed[0]
                 if family not in FAMILIES or size != family_label(
                     family, 0 if n == N_ALL else n, rule
                 ):

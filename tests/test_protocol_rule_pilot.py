@@ -1,8 +1,11 @@
 """launch/protocol_rule_pilot.py: a pilot run reads only the tuning split and trains for the
-length of the rule under test (not the tuning runs' fixed length); bad input exits 2."""
+length of the rule under test (not the tuning runs' fixed length); a finished run is judged
+and copied to the record; bad input exits 2."""
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import runpy
 
@@ -44,3 +47,21 @@ def test_bad_input_exits_2_naming_the_value(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         PILOT["main"](argv + ["--dry-run"])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_finished_pilot_run_is_judged_and_copied_to_the_record(tmp_path, capsys):
+    run = tmp_path / "runs" / "E300" / "rotscaled_digits" / "e2_ii" / "n300"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"test_error": 1.0}))
+    with open(run / "metrics.jsonl", "w") as f:  # 1/epoch: still falling 10% a tenth, above 0.02
+        for epoch in range(1, 21):
+            f.write(json.dumps({"epoch": epoch, "split": "train", "loss": 1 / epoch, "error": 1}))
+            f.write("\n")
+    argv = ["--min-epochs", "300", "--families", "e2_ii", "--sizes", "300"]
+    out = tmp_path / "out"
+    assert PILOT["main"](argv + ["--runs-dir", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["run"] == "E300/rotscaled_digits/e2_ii/n300" and line["epochs"] == 20
+    assert line["converged"] is False and line["train_loss"] == 1 / 20
+    copied = out / "E300" / "rotscaled_digits" / "e2_ii" / "n300"
+    assert sorted(os.listdir(copied)) == ["curve.json", "results.json"]

@@ -320,8 +320,8 @@ def test_a_longer_rule_renames_only_the_points_it_trains_otherwise(tmp_path):
     assert labels == ["n20", "n50", "n100", "n300_e300", "nall_e300"]
     assert [P["run_label"](n, first) for n in (100, 300, 0)] == ["n100", "n300", "nall"]
     assert [P["schedule"](n, main)["num_epochs"] for n in (300, 0)] == [300, 300]
-    assert P["parse_label"]("nall_e300") == (P["N_ALL"], "e300")
-    assert P["parse_label"]("n300") == (300, "") and P["parse_label"]("seeds.json") is None
+    assert P["parse_label"]("nall_e300") == P["N_ALL"]
+    assert P["parse_label"]("n300") == 300 and P["parse_label"]("seeds.json") is None
     args = (str(tmp_path), "scaled_digits", ["dual"], [100, 300], [0])
     runs_first, _, _ = P["plan_main"](*args, first, _all_chosen())
     runs_main, _, _ = P["plan_main"](*args, main, _all_chosen())
