@@ -920,7 +920,9 @@ def write_report(args, figures: bool = True) -> None:
                 f"Paired over the common realisations (diff = first - second, points; negative"
                 f" = the claim's direction); primary test `{args.test}` (two-sided), Holm over "
                 f"{'every complete comparison of the table' if args.holm_family == 'all' else 'each claim and dataset'}"
-                f" at alpha = {stats['ALPHA']}; `pending` while fewer than {need} realisations.",
+                f" at alpha = {stats['ALPHA']}; `pending` while fewer than {need} realisations;"
+                " 95% CI: the Student t interval of the mean difference, not adjusted for"
+                " the multiple comparisons.",
                 "",
                 cm,
                 "",

@@ -111,17 +111,19 @@ def claims_markdown(records: Sequence[dict], dataset: str) -> str:
     if not mine:
         return ""
     lines = [
-        "| claim | N_t | n | diff (points) | wins | p (primary) | p exact sign-flip "
+        "| claim | N_t | n | diff (points) | 95% CI | wins | p (primary) | p exact sign-flip "
         "| p Holm | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in mine:
         sd = "" if math.isnan(r["diff_sd"]) else f" ± {r['diff_sd']:.2f}"
+        lo, hi = r.get("ci_low", math.nan), r.get("ci_high", math.nan)
+        ci = "-" if math.isnan(lo) else f"[{lo:+.2f}, {hi:+.2f}]"
         v = r["verdict"]
         v = f"**{v}**" if v in ("supported", "contradicted") else v
         lines.append(
             f"| {r['claim']} (`{r['better']}` - `{r['worse']}`) | {r['n_train']} | {r['n']} "
-            f"| {r['diff_mean']:+.2f}{sd} | {r['wins']}/{r['n']} | {_p(r['p'])} "
+            f"| {r['diff_mean']:+.2f}{sd} | {ci} | {r['wins']}/{r['n']} | {_p(r['p'])} "
             f"| {_p(r['p_signflip'])} | {_p(r['p_holm'])} | {v} |"
         )
     return "\n".join(lines)

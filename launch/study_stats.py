@@ -19,6 +19,11 @@ family of two or more comparisons; the paired t-test is therefore the protocol's
 the exact sign-flip p is reported beside it (where the verdict rests on the normality
 assumption, the reader sees it).
 
+:func:`t_interval` gives the 95% confidence interval of the mean difference (Student t, ``n - 1``
+degrees of freedom, not adjusted for the multiple comparisons): an *inconclusive* verdict with a
+narrow interval around 0 says "no effect of that size", a wide one says "too few realisations to
+tell", and the reader needs to know which.
+
 :func:`holm` gives Holm's step-down adjusted p-values; :func:`verdict` turns an adjusted p and
 the mean difference into "supported" / "contradicted" / "inconclusive".
 
@@ -76,6 +81,21 @@ def paired_t_p(diffs: Sequence[float]) -> float:
         return 1.0 if m == 0.0 else 0.0
     t = m / (sd / math.sqrt(n))
     return float(min(1.0, 2.0 * stdtr(n - 1, -abs(t))))
+
+
+def t_interval(diffs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The two-sided ``level`` confidence interval of the mean paired difference,
+    ``mean -+ t_{n-1, (1 + level) / 2} sd / sqrt(n)``; NaNs for fewer than two pairs."""
+    from scipy.special import stdtrit  # the inverse Student t CDF
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level} is invalid: it must be in (0, 1)")
+    d = _diffs(diffs)
+    if len(d) < 2:
+        return math.nan, math.nan
+    m, sd = mean_sd(d)
+    half = float(stdtrit(len(d) - 1, (1.0 + level) / 2.0)) * sd / math.sqrt(len(d))
+    return m - half, m + half
 
 
 def sign_flip_p(diffs: Sequence[float]) -> float:
@@ -189,7 +209,7 @@ def compare(better: dict, worse: dict, need: int, test: str = "t") -> dict:
     """One paired comparison: ``better`` / ``worse`` map realisation -> test error [%].
 
     Returns the common realisations' count ``n``, ``diff_mean`` / ``diff_sd`` (points, the first
-    minus the second), ``wins`` (realisations where the first is lower), ``p`` (``test``) and
+    minus the second), ``ci_low`` / ``ci_high`` (:func:`t_interval`, 95%), ``wins`` (realisations where the first is lower), ``p`` (``test``) and
     ``p_signflip`` (exact); ``p`` is NaN (not tested, not in the Holm family) while fewer than
     ``need`` realisations are common.
     """
@@ -197,10 +217,13 @@ def compare(better: dict, worse: dict, need: int, test: str = "t") -> dict:
     d = [better[r] - worse[r] for r in common]
     m, sd = mean_sd(d) if d else (math.nan, math.nan)
     complete = len(d) >= need
+    lo, hi = t_interval(d) if d else (math.nan, math.nan)
     return {
         "n": len(d),
         "diff_mean": m,
         "diff_sd": sd,
+        "ci_low": lo,
+        "ci_high": hi,
         "wins": sum(x < 0 for x in d),
         "p": test_p(d, test) if complete else math.nan,
         "p_signflip": sign_flip_p(d) if complete else math.nan,

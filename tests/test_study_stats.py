@@ -101,3 +101,20 @@ def test_compare_and_verdicts():
 )
 def test_convergence_plateau_rule(losses, converged):
     assert S["convergence"](losses)["converged"] is converged
+
+
+def test_t_interval_matches_scipy_and_brackets_the_mean():
+    from scipy import stats as sps
+
+    d = [-3.1, -0.4, -2.2, 1.0, -1.7, -2.9]
+    lo, hi = S["t_interval"](d)
+    ref = sps.ttest_1samp(d, 0.0).confidence_interval(0.95)
+    assert (lo, hi) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    # 0 lies outside the 95% interval exactly when the two-sided t-test's p is below 0.05
+    assert (hi < 0.0) == (S["paired_t_p"](d) < 0.05)
+    assert S["t_interval"](d, 0.5)[1] - S["t_interval"](d, 0.5)[0] < hi - lo
+    assert all(math.isnan(x) for x in S["t_interval"]([1.0]))
+    with pytest.raises(ValueError, match="level=1.0 is invalid"):
+        S["t_interval"](d, 1.0)
+    c = S["compare"](dict(enumerate(d)), dict.fromkeys(range(6), 0.0), need=6)
+    assert (c["ci_low"], c["ci_high"]) == pytest.approx((lo, hi))
