@@ -78,7 +78,8 @@ def bench_e2(batch, size, repeats):
 
 
 def bench_scale(batch, size, repeats):
-    """Rows for ScaleConv in both lowerings, each against its own floor, and their ratio."""
+    """Rows for ScaleConv in its three lowerings, each against its own floor, and their ratios
+    (the compact per-scale one against the per-scale floor: it does less than that floor)."""
     try:
         from invjax.layers.scale import ScaleConv
         from invjax.ops.scale import resolve_lowering
@@ -89,7 +90,7 @@ def bench_scale(batch, size, repeats):
     x = jax.random.normal(jax.random.PRNGKey(0), (batch, size, size, S, cin))
     layers = {
         low: ScaleConv(cout, kernel_size=k, effective_size=eff, scales=scales, lowering=low)
-        for low in ("grouped", "per_scale")
+        for low in ("grouped", "per_scale", "per_scale_compact")
     }
     v = layers["grouped"].init(jax.random.PRNGKey(1), x)  # same parameters for both lowerings
     # Floors: the same work as one grouped conv of S * Cin -> S * Cout channels, or as S
@@ -117,6 +118,7 @@ def bench_scale(batch, size, repeats):
             (fwd_bwd(lambda w, x: conv(x, w, S), w, xs), (w, xs)),
             (fwd_bwd(layers["per_scale"].apply, v, x), (v, x)),
             (fwd_bwd(per_scale, ws, x), (ws, x)),
+            (fwd_bwd(layers["per_scale_compact"].apply, v, x), (v, x)),
         ],
         repeats,
     )
@@ -124,9 +126,15 @@ def bench_scale(batch, size, repeats):
     auto = resolve_lowering("auto")
     note = (
         f"ScaleConv per_scale / grouped: {t[2] / t[0]:.3f} "
-        f"(plain convs: {t[3] / t[1]:.3f}); 'auto' on {jax.default_backend()}: {auto}"
+        f"(plain convs: {t[3] / t[1]:.3f}); per_scale_compact / per_scale: {t[4] / t[2]:.3f}; "
+        f"'auto' on {jax.default_backend()}: {auto}"
     )
-    return [(f"{name}, grouped", t[0], t[1]), (f"{name}, per_scale", t[2], t[3]), note]
+    return [
+        (f"{name}, grouped", t[0], t[1]),
+        (f"{name}, per_scale", t[2], t[3]),
+        (f"{name}, per_scale_compact", t[4], t[3]),
+        note,
+    ]
 
 
 # (group, kernel size) of every convolution of the E(2)-II-WRN28-10 (CIFAR-10 appendix table):

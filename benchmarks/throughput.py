@@ -29,9 +29,10 @@ configs' own train step: phase 2, the streams frozen (inference mode) and the he
 streams' phase-1 steps are the single-stream rows. ``--width-divisor K`` divides every channel
 count (``ceil(C / K)``, on top of the multi-stream networks' own divisors) to fit a CPU.
 ``--precision`` builds each row's network in that arithmetic (:func:`invjax.precision.configure`;
-``bf16`` is invjax's mixed precision). ``--scale-lowering`` (comma list of ``auto``, ``grouped``,
-``per_scale``) runs the families that have scale layers once per lowering of their scale
-convolutions (the networks' ``scale_lowering`` field); the others once.
+``bf16`` is invjax's mixed precision). ``--scale-lowering`` (comma list of ``auto``,
+``grouped``, ``per_scale``, ``per_scale_compact``) runs the families that have scale layers
+once per lowering of their scale convolutions (the networks' ``scale_lowering`` field); the
+others once.
 
 Prints one table row per run as it finishes and, with ``--json FILE``, writes all rows with the
 device and software versions (rewritten after each row, so a stopped run keeps what it measured).
@@ -66,7 +67,7 @@ DIGITS_CONFIGS = {
     "triple": "digits_triple",
 }
 PRECISIONS = ("default", "highest", "bf16", "exact_fast")  # invjax.precision.PRECISIONS (tested)
-LOWERINGS = ("auto", "grouped", "per_scale")
+LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact")
 RESULT = "THROUGHPUT_RESULT "
 PROBE = (
     "import json, jax; d = jax.devices(); print(json.dumps({'device_kind': d[0].device_kind, "

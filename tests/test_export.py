@@ -238,7 +238,7 @@ def test_mnist_export_matches_model(case, digits16):
         # classifier); the convolutions are the expanded scale kernels: the lift, then conv2
         # and conv3 in the training form's lowering (one per scale, or one grouped).
         counts = ex.op_counts()
-        per_layer = 3 if scale_ops.resolve_lowering("auto") == "per_scale" else 1
+        per_layer = 1 if scale_ops.resolve_lowering("auto") == "grouped" else 3
         assert counts["dot_general"] == 3, counts
         assert counts["convolution"] == 1 + 2 * per_layer, counts
 

@@ -97,7 +97,8 @@ def test_lift_matches_reference(kind, stride):
     np.testing.assert_allclose(got, _reference_lift(x, w, psi, stride), rtol=1e-4, atol=1e-4)
 
 
-LOWERINGS = ("grouped", "per_scale")
+LOWERINGS = ("grouped", "per_scale", "per_scale_compact")
+NATIVE = {"cpu": "per_scale_compact", "gpu": "per_scale"}  # what 'auto' is on each backend
 
 
 @pytest.mark.parametrize("lowering", LOWERINGS)
@@ -149,8 +150,9 @@ def test_scale_conv_cost_contract(scale_size, lowering):
     convolution, ``feature_group_count = S``, ``D * Cin -> S * Cout`` channels (zero slices past
     the largest scale included). 'per_scale': ``S`` ungrouped convolutions, output scale ``s``
     reading only its ``D_s = min(D, S - s)`` existing input scales (``D_s * Cin -> Cout``), so
-    they do no more multiply-adds than the grouped one. 'auto': per-scale on CPU and GPU, else
-    grouped."""
+    they do no more multiply-adds than the grouped one. 'per_scale_compact': the same, each
+    filter on its scale's non-zero taps only (DISCO: 3x3, 5x5, 3x3 dilated by 2). 'auto':
+    per-scale compact on CPU, per-scale on GPU, else grouped."""
     S, cin, cout, D = 3, 4, 6, scale_size
     psi = jnp.asarray(B.disco_basis(*WRN), jnp.float32)
     x = jnp.zeros((2, 16, 16, S, cin))
@@ -161,7 +163,8 @@ def test_scale_conv_cost_contract(scale_size, lowering):
     )
     assert n_dots == 1
     if lowering == "auto":
-        lowering = "per_scale" if jax.default_backend() in ("cpu", "gpu") else "grouped"
+        lowering = NATIVE.get(jax.default_backend(), "grouped")
+    taps = {"per_scale": [(5, 1)] * S, "per_scale_compact": [(3, 1), (5, 1), (3, 2)]}
     if lowering == "grouped":
         assert len(convs) == 1 and convs[0].params["feature_group_count"] == S
         assert convs[0].invars[0].aval.shape == (2, 16, 16, S * D * cin)
@@ -172,7 +175,9 @@ def test_scale_conv_cost_contract(scale_size, lowering):
             d_s = min(D, S - s)
             assert eq.params["feature_group_count"] == 1
             assert eq.invars[0].aval.shape == (2, 16, 16, d_s * cin)
-            assert eq.invars[1].aval.shape == (5, 5, d_s * cin, cout)
+            k_s, dil = taps[lowering][s]
+            assert eq.invars[1].aval.shape == (k_s, k_s, d_s * cin, cout)
+            assert eq.params["rhs_dilation"] == (dil, dil)
 
 
 def test_network_scale_lowering_reaches_every_scale_layer():
@@ -182,15 +187,15 @@ def test_network_scale_lowering_reaches_every_scale_layer():
     from invjax.models.wrn import WideResNet
 
     x = jnp.zeros((1, 8, 8, 3))
-    native = "per_scale" if jax.default_backend() in ("cpu", "gpu") else "grouped"
+    native = NATIVE.get(jax.default_backend(), "grouped")
     counts = {}
-    for lowering in ("auto", "grouped", "per_scale"):
+    for lowering in ("auto",) + LOWERINGS:
         net = WideResNet(
             family="scale", depth=10, widen_factor=1, width_divisor=8.0, scale_lowering=lowering
         )
         v = jax.eval_shape(lambda n=net: n.init(jax.random.PRNGKey(0), x))
         counts[lowering] = len(_conv_eqns(jax.make_jaxpr(net.apply)(v, x))[1])
-    assert counts["grouped"] < counts["per_scale"], counts
+    assert counts["grouped"] < counts["per_scale"] == counts["per_scale_compact"], counts
     assert counts["auto"] == counts[native], counts
     assert ops.resolve_lowering("auto") == native
     with pytest.raises(ValueError, match="scale_lowering='fast' is unknown"):
@@ -199,11 +204,11 @@ def test_network_scale_lowering_reaches_every_scale_layer():
 
 @pytest.mark.parametrize("scale_size,stride", [(1, 1), (1, 2), (2, 2), (3, 1)])
 def test_lowerings_agree_with_gradients_on_a_photo(scale_size, stride):
-    """Both lowerings compute the same sums: outputs and the gradients with respect to the weight
+    """All lowerings compute the same sums: outputs and the gradients with respect to the weight
     and the input agree to float32 rounding on the astronaut photo's lifted features (measured
-    max difference relative to the largest entry: forward 3.6e-7 to 7.4e-7, weight gradient
-    1.1e-7 to 1.4e-7, input gradient 2.1e-7 to 3.0e-7). The equivariance errors below are the
-    same under both to three digits."""
+    max difference relative to the largest entry, per-scale against grouped: forward 3.6e-7 to
+    7.4e-7, weight gradient 1.1e-7 to 1.4e-7, input gradient 2.1e-7 to 3.0e-7). The
+    equivariance errors below are the same under all to three digits."""
     k, e, scales = WRN
     psi = jnp.asarray(B.disco_basis(k, e, scales), jnp.float32)
     x = ops.scale_lift_conv(astronaut48(), _rng_normal(6, (3, 8, 9)), psi)
@@ -218,10 +223,34 @@ def test_lowerings_agree_with_gradients_on_a_photo(scale_size, stride):
         (_, y), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(w, x)
         return (y,) + grads
 
-    for a, b in zip(run("grouped"), run("per_scale"), strict=True):
-        scale = float(jnp.abs(a).max())
-        assert scale > 0
-        assert float(jnp.abs(a - b).max()) <= 2e-6 * scale
+    grouped = run("grouped")
+    for lowering in ("per_scale", "per_scale_compact"):
+        for a, b in zip(grouped, run(lowering), strict=True):
+            scale = float(jnp.abs(a).max())
+            assert scale > 0
+            assert float(jnp.abs(a - b).max()) <= 2e-6 * scale, lowering
+
+
+def test_kernel_support_finds_each_scales_nonzero_taps():
+    """The taps a filter can use at each scale, read from the basis: DISCO (k 5, effective 3)
+    is 3x3 at scale 1 and a 3x3 dilated by 2 at scale 2; SESN's Hermite basis is sampled on
+    supports 3, 3, 5 at scales 1, sqrt 2, 2; a basis with no zero tap keeps the full grid, and
+    a traced basis (whose zeros are unknown) gives None."""
+    sc = (1.0, 2**0.5, 2.0)
+    assert ops.kernel_support(B.disco_basis(5, 3, sc)) == ((1, 1), (0, 1), (0, 2))
+    assert ops.kernel_support(B.hermite_basis(5, 3, sc)) == ((1, 1), (1, 1), (0, 1))
+    full = np.ones((2, 4, 5, 5))
+    assert ops.kernel_support(full) == ((0, 1), (0, 1))
+    sparse = np.zeros((1, 1, 7, 7))
+    sparse[0, 0, 1:6:2, 1:6:2] = 1.0  # 3x3 taps, 2 apart, inside the centred 5x5 box
+    assert ops.kernel_support(sparse) == ((1, 2),)
+    off_centre = np.zeros((1, 1, 5, 5))
+    off_centre[0, 0, 0, 1] = off_centre[0, 0, 2, 2] = 1.0  # the centred box must hold it
+    assert ops.kernel_support(off_centre) == ((0, 1),)
+    assert jax.jit(lambda b: ops.kernel_support(b) is None)(jnp.ones((2, 4, 5, 5)))
+    with pytest.raises(ValueError, match="needs stride 1"):
+        x = jnp.zeros((1, 8, 8, 3, 2))
+        ops.apply_scale_kernel(x, jnp.zeros((5, 5, 2, 6)), 1, 2, "per_scale", None, ((0, 1),) * 3)
 
 
 # --------------------------------------------------------------------------- layers

@@ -135,9 +135,10 @@ class ScaleConv(nn.Module):
     """Scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, features]`` (SESN H -> H).
 
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
-    ``lowering`` (``'auto'`` | ``'grouped'`` | ``'per_scale'``) picks how the convolution is
-    lowered (:func:`invjax.ops.scale.scale_conv`); it changes speed, not parameters or results.
-    ``'auto'`` is per-scale on CPU and GPU (measured faster on both), grouped elsewhere.
+    ``lowering`` (:data:`invjax.ops.scale.LOWERINGS`) picks how the convolution is lowered
+    (:func:`invjax.ops.scale.scale_conv`); it changes speed, not parameters or results.
+    ``'auto'`` is per-scale on CPU (over each scale's non-zero taps) and GPU (measured faster on
+    both), grouped elsewhere.
     (:class:`ScaleLiftConv` needs no choice: it is one ungrouped convolution.)
     """
 
@@ -184,7 +185,8 @@ class ScaleConv(nn.Module):
             he_coefficient_init(psi, cin * self.scale_size),
             (cin, self.features, self.scale_size, psi.shape[1]),
         )
-        y = ops.scale_conv(x, w, jnp.asarray(psi), self.stride, self.lowering, self.precision)
+        # psi stays NumPy: the 'per_scale_compact' lowering reads its zero taps
+        y = ops.scale_conv(x, w, psi, self.stride, self.lowering, self.precision)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y

@@ -397,7 +397,7 @@ class WideResNet(nn.Module):
     e2_sigma: float | None = None
     e2_out_width: str = "baseline"
     # Arithmetic of every product (invjax.precision; None: JAX's default_matmul_precision) and
-    # how scale convolutions are lowered ('auto' | 'grouped' | 'per_scale'; same results).
+    # how scale convolutions are lowered (invjax.ops.scale.LOWERINGS; same results).
     precision: str | None = None
     scale_lowering: str = "auto"
 

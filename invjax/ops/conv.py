@@ -74,6 +74,7 @@ def conv2d(
     feature_group_count: int = 1,
     downsample: str = "symmetric",
     precision: str | None = None,
+    dilation: int = 1,
 ):
     """Grid-symmetric convolution of NHWC ``x`` with an HWIO ``kernel`` of odd size.
 
@@ -85,6 +86,10 @@ def conv2d(
       feature_group_count: as in ``lax.conv_general_dilated``.
       downsample: the stride-2 rule on even grids, one of :data:`DOWNSAMPLE_RULES`.
       precision: the arithmetic of the products (:mod:`invjax.precision`; None: JAX's default).
+      dilation: stride 1 only: the taps sit ``dilation`` pixels apart (``rhs_dilation``), so an
+        odd ``k``-kernel spans ``dilation (k - 1) + 1`` pixels, centred as the undilated kernel
+        of that span (a sparse kernel applied without its zero taps, e.g.
+        :func:`invjax.ops.scale.kernel_support`).
     Returns:
       ``[B, H', W', O]``.
     """
@@ -92,13 +97,15 @@ def conv2d(
     if stride not in (1, 2):
         raise ValueError(f"stride={stride} is invalid: invjax convolutions take stride 1 or 2")
     check_downsample(downsample)
+    if not isinstance(dilation, int) or dilation < 1 or (dilation > 1 and stride != 1):
+        raise ValueError(f"dilation={dilation!r} is invalid: an integer >= 1, and 1 with stride 2")
     folded = k % 2 == 0 and folds_box(x.shape, stride, downsample)
     if kernel.shape[0] != kernel.shape[1] or (k % 2 != 1 and not folded):
         raise ValueError(
             f"kernel size {kernel.shape[:2]} is invalid: it must be square and odd (even only "
             "when box-folded by inference_kernel for a stride-2 symmetric convolution)"
         )
-    p = (k - 1) // 2  # a folded (k+1)-kernel keeps the padding of its k-kernel
+    p = dilation * ((k - 1) // 2)  # a folded (k+1)-kernel keeps the padding of its k-kernel
     h, w = x.shape[1], x.shape[2]
     pads = ((p, p), (p, p))
     pool = False
@@ -120,6 +127,7 @@ def conv2d(
         precision,
         window_strides=(stride, stride),
         padding=pads,
+        rhs_dilation=(dilation, dilation),
         dimension_numbers=DIMENSION_NUMBERS,
         feature_group_count=feature_group_count,
     )

@@ -4,8 +4,9 @@ Layout: scale features are ``[B, H, W, S, C]`` (``S`` scales, smallest first; ch
 A basis is ``[S, F, k, k]`` (:mod:`invjax.bases.scale`). Filters are expanded from learnable
 coefficients by one einsum and applied by :func:`invjax.ops.conv.conv2d`: the lifting layer is one
 convolution with ``S`` times the output channels; the scale-to-scale layer is either one grouped
-convolution (``feature_group_count=S``) or ``S`` plain per-scale convolutions, whichever the
-backend runs faster (``lowering``, see :func:`scale_conv`). Both lowerings do the same arithmetic.
+convolution (``feature_group_count=S``) or ``S`` plain per-scale convolutions, each over the
+full ``k x k`` grid or over only the taps its scale's basis can make non-zero, whichever the
+backend runs faster (``lowering``, see :func:`scale_conv`). All lowerings compute the same sums.
 
 Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses these layers)
   Lifting (Z2 -> H):   ``y[s, o] = sum_i x[i] * kappa_s[i, o]``,
@@ -21,10 +22,12 @@ Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from invjax import precision as P
 from invjax.ops.conv import conv2d
@@ -38,20 +41,54 @@ if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked i
 # 160, k 5): on CPU, XLA's weight gradient of a grouped convolution is 9-12x slower than the same
 # work as S plain convolutions (per-scale / grouped = 0.11 at batch 4); on an NVIDIA H200 the
 # per-scale form is faster too (0.79 at batch 64: 4.7 vs 6.0 ms), since each output scale reads
-# only the input scales that exist. 'auto' is 'grouped' only where nothing was measured (TPU).
-LOWERINGS = ("auto", "grouped", "per_scale")
-PER_SCALE_BACKENDS = ("cpu", "gpu")
+# only the input scales that exist. 'per_scale_compact' also drops the taps that the basis makes
+# zero at a scale (DISCO k 5 / effective 3 at scales 1, sqrt 2, 2: 3x3, 5x5 and a 3x3 dilated
+# by 2, 43 of 75 taps); on CPU it is 'auto' there (docs/benchmarks.md, "Scale convolutions": the
+# layer's process CPU time x0.56-0.80); on GPUs it is not measured yet, so 'auto' stays
+# 'per_scale'. 'auto' is 'grouped' only where nothing was measured (TPU).
+LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact")
+AUTO_LOWERING = {"cpu": "per_scale_compact", "gpu": "per_scale"}
 
 
 def resolve_lowering(lowering: str) -> str:
-    """``'grouped'`` or ``'per_scale'``: ``lowering`` itself, or for ``'auto'`` the choice for
-    ``jax.default_backend()`` (``'per_scale'`` on CPU and GPU, ``'grouped'`` elsewhere). A
-    network chooses for all its scale layers with its ``scale_lowering`` field."""
+    """``'grouped'``, ``'per_scale'`` or ``'per_scale_compact'``: ``lowering`` itself, or for
+    ``'auto'`` the choice for ``jax.default_backend()`` (:data:`AUTO_LOWERING`; ``'grouped'``
+    elsewhere). A network chooses for all its scale layers with its ``scale_lowering`` field."""
     if lowering not in LOWERINGS:
         raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
     if lowering == "auto":
-        return "per_scale" if jax.default_backend() in PER_SCALE_BACKENDS else "grouped"
+        return AUTO_LOWERING.get(jax.default_backend(), "grouped")
     return lowering
+
+
+def kernel_support(basis) -> tuple[tuple[int, int], ...] | None:
+    """Per scale ``s``, ``(crop, dilation)``: every tap where some function of ``basis[s]`` is
+    non-zero lies in the centred box ``[crop, k - crop)`` of the ``k x k`` grid, at row and
+    column offsets from the box's corner that are multiples of ``dilation``. A filter expanded
+    at scale ``s`` is then ``kern[crop:k-crop:dilation, crop:k-crop:dilation]`` applied with
+    taps ``dilation`` pixels apart (:func:`invjax.ops.conv.conv2d`), the same sums without the
+    zero products. ``basis``: ``[S, F, k, k]``, concrete (NumPy); None for a traced one (the
+    taps are then unknown and every filter keeps the full grid).
+
+    The shipped DISCO basis (k 5, effective 3; scales 1, sqrt 2, 2) gives ``((1, 1), (0, 1),
+    (0, 2))``: 3x3 at scale 1 (its functions live on the effective grid), the full 5x5 at
+    sqrt 2, a 3x3 dilated by 2 at scale 2 (the same functions on the dilated grid).
+    """
+    try:
+        b = np.asarray(basis)
+    except jax.errors.TracerArrayConversionError:
+        return None
+    k = b.shape[-1]
+    out = []
+    for s in range(b.shape[0]):
+        rows, cols = np.nonzero(np.any(b[s] != 0, axis=0))
+        if rows.size == 0:  # an all-zero filter: nothing to skip that matters
+            out.append((0, 1))
+            continue
+        crop = int(min(rows.min(), cols.min(), k - 1 - rows.max(), k - 1 - cols.max()))
+        offsets = np.concatenate([rows - crop, cols - crop]).tolist()
+        out.append((crop, max(1, math.gcd(k - 2 * crop - 1, *offsets))))
+    return tuple(out)
 
 
 def _check_basis(basis, n_funcs: int, where: str):
@@ -136,16 +173,20 @@ def scale_conv(
     - ``lowering='per_scale'``: ``S`` plain :func:`conv2d` calls, output scale ``s`` reading the
       ``D_s = min(scale_size, S - s)`` existing input scales (``D_s * Cin -> Cout`` channels), so
       the zero slices are skipped rather than multiplied;
+    - ``lowering='per_scale_compact'``: the same, each filter cropped (and dilated) to the taps
+      its scale's basis can make non-zero (:func:`kernel_support`), so the zero taps are
+      skipped too; stride 2 and a traced ``basis`` keep the full grid;
     - ``lowering='auto'`` (default): per backend, see :func:`resolve_lowering`.
 
-    The two compute the same sums and agree to float32 rounding (tested, with gradients).
+    All compute the same sums and agree to float32 rounding (tested, with gradients).
 
     Args:
       x: ``[B, H, W, S, Cin]``.
       weight: ``[Cin, Cout, scale_size, F]``.
-      basis: ``[S, F, k, k]`` with the same ``S`` as ``x``.
+      basis: ``[S, F, k, k]`` with the same ``S`` as ``x`` (NumPy, so that
+        ``'per_scale_compact'`` can read its zero taps).
       stride: 1 or 2.
-      lowering: ``'auto'``, ``'grouped'`` or ``'per_scale'``.
+      lowering: one of :data:`LOWERINGS`.
       precision: the arithmetic of the products (:mod:`invjax.precision`).
     """
     if x.ndim != 5 or weight.ndim != 4 or x.shape[-1] != weight.shape[0]:
@@ -163,19 +204,33 @@ def scale_conv(
         lowering = resolve_lowering(lowering)
     except ValueError as e:
         raise ValueError(f"scale_conv: {e}") from None
+    support = kernel_support(basis) if lowering == "per_scale_compact" and stride == 1 else None
     kern = expand_scale_kernel(weight, basis, precision)
-    return apply_scale_kernel(x, kern, D, stride, lowering, precision)
+    return apply_scale_kernel(x, kern, D, stride, lowering, precision, support)
 
 
 def apply_scale_kernel(
-    x, kern, scale_size: int, stride: int = 1, lowering: str = "grouped", precision=None
+    x,
+    kern,
+    scale_size: int,
+    stride: int = 1,
+    lowering: str = "grouped",
+    precision=None,
+    support: tuple[tuple[int, int], ...] | None = None,
 ):
     """The convolution of :func:`scale_conv` with its expanded kernel ``kern [k, k, D * Cin,
     S * Cout]`` (:func:`expand_scale_kernel`, or box-folded by
-    :func:`invjax.ops.conv.inference_kernel`): ``[B, H, W, S, Cin] -> [B, H', W', S, Cout]``."""
+    :func:`invjax.ops.conv.inference_kernel`): ``[B, H, W, S, Cin] -> [B, H', W', S, Cout]``.
+    ``support`` (:func:`kernel_support` of the basis; stride 1, per-scale lowerings): apply
+    scale ``s``'s filter on those taps only; None: on the full grid."""
     S, D, cin = x.shape[3], scale_size, x.shape[-1]
     cout = kern.shape[-1] // S
     lowering = resolve_lowering(lowering)
+    if support is not None and (stride != 1 or len(support) != S or lowering == "grouped"):
+        raise ValueError(
+            f"apply_scale_kernel: support={support} needs stride 1, a per-scale lowering and "
+            f"one entry per scale (stride={stride}, lowering={lowering!r}, S={S})"
+        )
     if lowering == "grouped":
         y = conv2d(stack_scale_neighbours(x, D), kern, stride, S, precision=precision)
         return y.reshape(y.shape[:3] + (S, cout))
@@ -186,8 +241,10 @@ def apply_scale_kernel(
     for s in range(S):
         d_s = min(D, S - s)
         xs = x[:, :, :, s : s + d_s].reshape(B, H, W, d_s * cin)  # channel (d, i), d-major
-        kern_s = kern[:, :, :d_s, :, s].reshape(k, k, d_s * cin, cout)
-        outs.append(conv2d(xs, kern_s, stride, precision=precision))
+        crop, dil = (0, 1) if support is None else support[s]
+        kern_s = kern[crop : k - crop : dil, crop : k - crop : dil, :d_s, :, s]
+        kern_s = kern_s.reshape(kern_s.shape[:2] + (d_s * cin, cout))
+        outs.append(conv2d(xs, kern_s, stride, precision=precision, dilation=dil))
     return jnp.stack(outs, axis=3)
 
 
