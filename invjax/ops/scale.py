@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked i
 # only the input scales that exist. 'per_scale_compact' also drops the taps that the basis makes
 # zero at a scale (DISCO k 5 / effective 3 at scales 1, sqrt 2, 2: 3x3, 5x5 and a 3x3 dilated
 # by 2, 43 of 75 taps); on CPU it is 'auto' there (docs/benchmarks.md, "Scale convolutions": the
-# layer's process CPU time x0.56-0.80); on GPUs it is not measured yet, so 'auto' stays
+# Scale-II network's train-step CPU time x0.58-0.74); on GPUs it is not measured yet, so 'auto' stays
 # 'per_scale'. 'auto' is 'grouped' only where nothing was measured (TPU).
 LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact")
 AUTO_LOWERING = {"cpu": "per_scale_compact", "gpu": "per_scale"}
