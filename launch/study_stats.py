@@ -209,15 +209,16 @@ def compare(better: dict, worse: dict, need: int, test: str = "t") -> dict:
     """One paired comparison: ``better`` / ``worse`` map realisation -> test error [%].
 
     Returns the common realisations' count ``n``, ``diff_mean`` / ``diff_sd`` (points, the first
-    minus the second), ``ci_low`` / ``ci_high`` (:func:`t_interval`, 95%), ``wins`` (realisations where the first is lower), ``p`` (``test``) and
-    ``p_signflip`` (exact); ``p`` is NaN (not tested, not in the Holm family) while fewer than
-    ``need`` realisations are common.
+    minus the second), ``ci_low`` / ``ci_high`` (:func:`t_interval`, 95%), ``wins``
+    (realisations where the first is lower), ``p`` (``test``) and ``p_signflip`` (exact); ``p``
+    is NaN (not tested, not in the Holm family) while fewer than ``need`` realisations are
+    common.
     """
     common = sorted(set(better) & set(worse))
     d = [better[r] - worse[r] for r in common]
     m, sd = mean_sd(d) if d else (math.nan, math.nan)
     complete = len(d) >= need
-    lo, hi = t_interval(d) if d else (math.nan, math.nan)
+    lo, hi = t_interval(d)
     return {
         "n": len(d),
         "diff_mean": m,

@@ -110,6 +110,7 @@ def test_t_interval_matches_scipy_and_brackets_the_mean():
     lo, hi = S["t_interval"](d)
     ref = sps.ttest_1samp(d, 0.0).confidence_interval(0.95)
     assert (lo, hi) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    assert lo < sum(d) / len(d) < hi
     # 0 lies outside the 95% interval exactly when the two-sided t-test's p is below 0.05
     assert (hi < 0.0) == (S["paired_t_p"](d) < 0.05)
     assert S["t_interval"](d, 0.5)[1] - S["t_interval"](d, 0.5)[0] < hi - lo
