@@ -44,8 +44,9 @@ if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked i
 # only the input scales that exist. 'per_scale_compact' also drops the taps that the basis makes
 # zero at a scale (DISCO k 5 / effective 3 at scales 1, sqrt 2, 2: 3x3, 5x5 and a 3x3 dilated
 # by 2, 43 of 75 taps); it is CPU's 'auto' (docs/benchmarks.md, "Scale convolutions": the layer
-# x0.73 of per_scale, the Scale-II network's train-step CPU time x0.58-0.74); on GPUs it is not
-# measured yet, so 'auto' stays 'per_scale'. 'auto' is 'grouped' only where nothing was
+# x0.73 of per_scale, the Scale-II network's train-step CPU time x0.58-0.74). On an H100 the
+# layer gains less (x0.93 at batch 64) and the digits' Scale-II train step loses (3.0 against
+# 2.5 ms), so 'auto' stays 'per_scale' on GPUs. 'auto' is 'grouped' only where nothing was
 # measured (TPU).
 LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact")
 AUTO_LOWERING = {"cpu": "per_scale_compact", "gpu": "per_scale"}
