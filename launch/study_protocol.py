@@ -1088,10 +1088,16 @@ def _stopped(code: int, after, landed: list) -> int:
 
 
 def _print(runs, svms) -> None:
+    """``--dry-run``: every planned command, the finished ones marked (a run of several seeds is
+    finished when all its models are), then how many are left to train."""
+    left = 0
     for r in runs:
-        print(r.command("python"))
+        done = sweep["finished"](r)
+        left += not done
+        print(("# finished: " if done else "") + r.command("python"))
     for p in svms:
         print("svm", json.dumps(p))
+    print(f"# {left} of {len(runs)} commands left to run")
 
 
 report = runpy.run_path(str(REPO / "launch" / "study_report.py"), run_name="protocol_report")

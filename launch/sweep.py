@@ -88,6 +88,7 @@ CONFIGS = REPO / "configs"
 NOT_EXPERIMENTS = ("__init__",)  # modules of configs/ that are no experiment
 
 from invjax.layers.heads import MODES as HEADS  # noqa: E402
+from invjax.training import many  # noqa: E402
 
 TEMPLATE = pathlib.Path(__file__).resolve().with_name("slurm.sh.template")
 
@@ -287,8 +288,16 @@ def by_point(runs: Sequence[Run]) -> list[list[Run]]:
 
 
 def finished(run: Run) -> bool:
-    """A run is finished when its ``results.json`` exists (written last, atomically)."""
-    return os.path.isfile(os.path.join(REPO, run.workdir, "results.json"))
+    """A run is finished when its ``results.json`` exists (written last, atomically); a run of
+    several models (``--config.seeds``, ``invjax.training.many``) when every model's
+    ``seed_<k>/results.json`` does."""
+    root = os.path.join(REPO, run.workdir)
+    seeds = run.overrides.get("seeds")
+    if isinstance(seeds, tuple) and len(seeds) > 1:
+        return all(
+            os.path.isfile(os.path.join(many.seed_workdir(root, k), "results.json")) for k in seeds
+        )
+    return os.path.isfile(os.path.join(root, "results.json"))
 
 
 def visible_gpus() -> list[str]:
