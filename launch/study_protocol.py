@@ -1096,8 +1096,10 @@ def _print(runs, svms) -> None:
         left += not done
         print(("# finished: " if done else "") + r.command("python"))
     for p in svms:
-        print("svm", json.dumps(p))
-    print(f"# {left} of {len(runs)} commands left to run")
+        done = os.path.isfile(os.path.join(p["workdir"], "results.json"))
+        left += not done
+        print(("# finished: " if done else "") + "svm " + json.dumps(p))
+    print(f"# {left} of {len(runs) + len(svms)} commands left to run")
 
 
 report = runpy.run_path(str(REPO / "launch" / "study_report.py"), run_name="protocol_report")

@@ -218,24 +218,30 @@ def test_resume_runs_only_unfinished_runs(tmp_path, monkeypatch):
 def test_a_k_model_run_is_finished_only_when_every_model_is(tmp_path, capsys):
     """``--seeds-in-one``: a point's seeds are one run with ``seed_<k>/`` per model; it is skipped
     (and ``--dry-run`` marks it) once every model's ``results.json`` exists, not before."""
-    cands = P["candidates"]("cnn")
     out, runs = tmp_path / "out", tmp_path / "runs"
-    for label, _ in cands:
-        _fake_run(out / "runs" / "tune" / "scaled_digits" / "cnn" / label, 50.0)
-    argv = ["--stage", "main", "--families", "cnn", "--datasets", "scaled_digits", "--sizes", "20"]
-    argv += ["--seeds", "0,1", "--seeds-in-one", "--runs-dir", str(runs), "--out", str(out)]
+    for family in ("cnn", "svm"):
+        for label, _ in P["candidates"](family):
+            _fake_run(out / "runs" / "tune" / "scaled_digits" / family / label, 50.0)
+    argv = ["--stage", "main", "--families", "cnn,svm", "--datasets", "scaled_digits"]
+    argv += ["--sizes", "20", "--seeds", "0,1", "--seeds-in-one", "--runs-dir", str(runs)]
+    argv += ["--out", str(out), "--dry-run"]
     group = runs / "main" / "scaled_digits" / "cnn" / "n20"
     printed = []
-    for seed in (None, 0, 1):  # nothing landed, then model 0, then both
-        if seed is not None:
-            _fake_run(group / f"seed_{seed}", 20.0)
-        assert P["main"]([*argv, "--dry-run"]) == 0
+    # nothing landed, then model 0, then both models and one SVM (two SVM points: seeds 0, 1)
+    for landed in (
+        [],
+        [group / "seed_0"],
+        [group / "seed_1", runs / "main/scaled_digits/svm/n20/seed_0"],
+    ):
+        for run_dir in landed:
+            _fake_run(run_dir, 20.0)
+        assert P["main"](argv) == 0
         printed.append(capsys.readouterr().out)
     assert all(f"--workdir={group} " in out for out in printed)
-    assert [out.count("# finished: ") for out in printed] == [0, 0, 1]
-    assert [out.splitlines()[-1] for out in printed] == ["# 1 of 1 commands left to run"] * 2 + [
-        "# 0 of 1 commands left to run"
-    ]
+    assert [out.count("# finished: ") for out in printed] == [0, 0, 2]
+    assert [out.count("# finished: svm ") for out in printed] == [0, 0, 1]
+    last = [out.splitlines()[-1] for out in printed]
+    assert last == [f"# {n} of 3 commands left to run" for n in (3, 3, 1)]
 
 
 def test_parallel_runs_single_streams_first_each_alone_then_multi_streams_by_point(
