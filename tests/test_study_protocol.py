@@ -217,7 +217,8 @@ def test_resume_runs_only_unfinished_runs(tmp_path, monkeypatch):
 
 def test_a_k_model_run_is_finished_only_when_every_model_is(tmp_path, capsys):
     """``--seeds-in-one``: a point's seeds are one run with ``seed_<k>/`` per model; it is skipped
-    (and ``--dry-run`` marks it) once every model's ``results.json`` exists, not before."""
+    (and ``--dry-run`` marks it) once every model's ``results.json`` exists, not before.
+    ``--dry-run`` marks a landed SVM point too, and counts what is left."""
     out, runs = tmp_path / "out", tmp_path / "runs"
     for family in ("cnn", "svm"):
         for label, _ in P["candidates"](family):
