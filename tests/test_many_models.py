@@ -370,3 +370,68 @@ def test_sigterm_saves_every_model_at_its_step_and_the_rerun_resumes_them(single
         where = workdir / f"seed_{seed}" / "checkpoints"
         assert f"resuming from the checkpoint of step 3 in {where}" in resumed.stdout, seed
     assert_same_arithmetic(params(str(workdir / "seed_1")), params(single1[0]))
+
+
+def tiny_monomials(seeds=None, **extra):
+    """The study's monomial network (configs/digits_monomials.py) at width 4 on 30 digits: one
+    step per epoch, 4 epochs, pruning after epochs 1 and 3, a save and a validation at 4."""
+    c = configs.load(os.path.join(REPO, "configs/digits_monomials.py"))
+    c.data.name = "digits"
+    c.data.n_train = 30
+    c.model.widths = (4, 4, 4)
+    c.model.hidden = 8
+    c.model.prune_epochs = (1, 3)
+    c.train.batch_size = 30
+    c.train.eval_batch_size = 200
+    c.train.num_epochs = 4
+    c.train.lr_boundaries = ()
+    c.train.eval_every_epochs = 4
+    c.train.checkpoint_every_epochs = 4
+    c.train.log_every_steps = 0
+    c.seeds = seeds
+    c.precision = "highest"
+    for key, value in extra.items():
+        c[key] = value
+    return c
+
+
+def test_vmapped_models_stay_stacked_where_the_epoch_hook_does_nothing(tmp_path, monkeypatch):
+    """The monomial network's epoch-end hook prunes only after its ``prune_epochs``
+    (``acts_at_epoch_end``): K vmapped models get their own states back there and at the last
+    epoch's save, not at every epoch end (each of which is a step here, N_t = B), and each model
+    is pruned and trained as the single run with its seed."""
+    from invjax.training import lockstep
+
+    handed_back = []
+    unstack = lockstep._Stacked.unstack
+
+    def counting(self):
+        handed_back.append(self.state is not None)
+        unstack(self)
+
+    monkeypatch.setattr(lockstep._Stacked, "unstack", counting)
+    workdir = str(tmp_path / "v")
+    summary = many.execute(many.check(tiny_monomials((0, 1), seeds_strategy="vmap"), workdir))
+    assert summary["strategy"] == "vmap"
+    # epochs 1 and 3 prune, 4 saves and validates; epoch 2 keeps the states stacked
+    assert sum(handed_back) == 3
+    monkeypatch.setattr(lockstep._Stacked, "unstack", unstack)
+    single = tiny_monomials()
+    single.seed = 1
+    plan_lib.execute(plan_lib.check(single, str(tmp_path / "s")))
+    mine = checkpoint.restore_latest(os.path.join(workdir, "seed_1")).state
+    ref = checkpoint.restore_latest(str(tmp_path / "s")).state
+    mask = mine["extra"]["ii_mask"]["ii"]["mask"]
+    assert int(np.sum(mask)) == 5  # 25 -> 12 -> 5 pairs
+    np.testing.assert_array_equal(mask, ref["extra"]["ii_mask"]["ii"]["mask"])
+    # Two biases have a zero gradient by construction (each feeds a BatchNorm: conv3's feeds
+    # bn3, bn_ii's feeds fc1 then bn_fc1), so theirs is rounding noise, which Adam scales up to
+    # steps of the learning rate's size: seen 2e-3 apart after 4 steps, with or without the
+    # epoch-end change (the loop strategy matches the single run bit for bit). Every other
+    # parameter is held to float32 rounding.
+    noise = (("conv3", "bias"), ("bn_ii", "bias"))
+
+    def without_noise(p):
+        return {m: {k: v for k, v in d.items() if (m, k) not in noise} for m, d in p.items()}
+
+    assert_params_close(without_noise(mine["params"]), without_noise(ref["params"]), 1e-3, 2e-5)

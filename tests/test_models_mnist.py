@@ -95,6 +95,9 @@ def test_monomial_network_prunes_25_12_5_at_epoch_ends():
     other = ScaledMNISTNet(head="ii", widths=(4, 4, 4), hidden=8, upsample="none")
     v_other = other.init(jax.random.PRNGKey(0), x)
     assert other.on_epoch_end(v_other, 5, x) is v_other  # no monomials: nothing to prune
+    # what the trainer asks before calling the hook (vmapped models stay stacked where False)
+    assert [m.acts_at_epoch_end(e) for e in range(12)] == [e in PRUNING_SCHEDULE for e in range(12)]
+    assert not any(other.acts_at_epoch_end(e) for e in range(12))
     assert m.on_epoch_end(v, 0, x) is v  # nothing scheduled after 0 epochs
     kept = []
     for epochs_done in range(12):

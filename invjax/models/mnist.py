@@ -211,6 +211,13 @@ class ScaledMNISTNet(nn.Module):
         y = nn.Dropout(self.dropout, deterministic=not train)(y)
         return nn.Dense(self.num_classes, dot_general=dot, name="classifier")(y)
 
+    def acts_at_epoch_end(self, epochs_done: int) -> bool:
+        """Whether :meth:`on_epoch_end` changes anything after ``epochs_done`` epochs: only the
+        monomial head, only at ``prune_epochs``. The trainer skips the call (and K vmapped
+        models keep their stacked state) at every other epoch end (:mod:`invjax.training.loop`).
+        """
+        return self.head == "ii_monomials" and epochs_done in tuple(self.prune_epochs)
+
     def on_epoch_end(self, variables, epochs_done: int, images):
         """The trainer's epoch-end call (:mod:`invjax.training.loop`): with the monomial head,
         prune the Scale-II pairs 25 -> 12 -> 5 after the epochs ``prune_epochs``.
@@ -220,9 +227,9 @@ class ScaledMNISTNet(nn.Module):
         monomial features (:func:`invjax.layers.ii.measured_relevance`). Returns ``variables``
         itself where nothing is pruned, else new variables with a pruned ``ii_mask``.
         """
-        schedule = dict(zip(self.prune_epochs, PRUNING_KEEP))
-        if self.head != "ii_monomials" or epochs_done not in schedule:
+        if not self.acts_at_epoch_end(epochs_done):
             return variables
+        schedule = dict(zip(self.prune_epochs, PRUNING_KEEP))
         fc1 = {("ii",): variables["params"]["fc1"]["kernel"]}
         relevance = iil.measured_relevance(self.apply, variables, images, fc1)
         return iil.prune_monomials(variables, relevance, schedule[epochs_done])

@@ -15,7 +15,15 @@ if nothing changes). It is called after every epoch (``epochs_done`` = epochs co
 ...) before evaluation and checkpointing, and once with ``epochs_done=0`` before the first step
 of a fresh run (Scale-II monomial pruning "after 0, 5 and 10 epochs",
 :meth:`invjax.models.mnist.ScaledMNISTNet.on_epoch_end`). It must be a deterministic function of
-its arguments, so that a resumed run repeats an uninterrupted one.
+its arguments, so that a resumed run repeats an uninterrupted one. A model whose hook acts only
+at some epoch ends may also define
+
+    acts_at_epoch_end(self, epochs_done: int) -> bool
+
+False promises that ``on_epoch_end`` would return ``variables`` unchanged after ``epochs_done``
+epochs; the trainer then skips the call, and K models trained as one vmapped program keep their
+stacked state through that epoch end (:mod:`invjax.training.lockstep`). Without it, every epoch
+end calls the hook.
 
 ``meta`` (checkpointed as JSON with each step) carries what is not an array: the running sums of
 the current epoch (so a resumed epoch reports the same train loss), the best validation error and
@@ -190,9 +198,17 @@ class _Loop:
         self.t_start = time.perf_counter()
         self.elapsed0 = float(self.meta["wall_time_s"])
 
+    def hook_acts(self, epochs_done: int) -> bool:
+        """Whether the model's ``on_epoch_end`` may change the variables after ``epochs_done``
+        epochs (its ``acts_at_epoch_end``, module docstring; every epoch where it has none)."""
+        if self.on_epoch_end is None:
+            return False
+        acts = getattr(self.exp.model, "acts_at_epoch_end", None)
+        return acts is None or bool(acts(epochs_done))
+
     def epoch_end_call(self, state, epochs_done: int):
         """The model's ``on_epoch_end`` (module docstring) applied to the state's variables."""
-        if self.on_epoch_end is None:
+        if not self.hook_acts(epochs_done):
             return state
         variables = state.variables()
         new = self.on_epoch_end(variables, epochs_done, self.epoch_end_images)
@@ -249,7 +265,7 @@ class _Loop:
         """Whether :meth:`epoch_end` after ``self.step`` reads or changes ``self.state`` (the
         model's hook or a validation); if not, a caller holding the state elsewhere (the
         vmapped models, lockstep) need not hand it back for this epoch end."""
-        return self.on_epoch_end is not None or self.validates_now()
+        return self.hook_acts(self.step // self.spe) or self.validates_now()
 
     def epoch_end(self) -> None:
         """Hooks, the epoch's train record, validation and best-model selection."""
