@@ -25,16 +25,14 @@ from invjax.training.experiment import describe
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def tiny(seeds=None, epochs=2, **extra):
-    c = configs.load(os.path.join(REPO, "configs/digits_cnn.py"))
+def digits_config(name, seeds, n_train, model, train, extra):
+    """``configs/<name>.py`` on ``n_train`` of the offline digits with K = ``seeds``, the
+    ``model.*`` and ``train.*`` fields given, then the ``extra`` top-level keys."""
+    c = configs.load(os.path.join(REPO, f"configs/{name}.py"))
     c.data.name = "digits"
-    c.data.n_train = 100
-    c.model.width = 4
-    c.train.batch_size = 32
-    c.train.eval_batch_size = 200
-    c.train.num_epochs = epochs
-    c.train.lr_boundaries = ()
-    c.train.log_every_steps = 0
+    c.data.n_train = n_train
+    c.model.update(model)
+    c.train.update(dict(eval_batch_size=200, lr_boundaries=(), log_every_steps=0, **train))
     c.seeds = seeds
     # float32 products on every backend ('default' is TF32 on GPUs, where a vmapped, i.e.
     # grouped, convolution then differs from a plain one by TF32 rounding, not float32's)
@@ -42,6 +40,11 @@ def tiny(seeds=None, epochs=2, **extra):
     for key, value in extra.items():
         c[key] = value
     return c
+
+
+def tiny(seeds=None, epochs=2, **extra):
+    train = dict(batch_size=32, num_epochs=epochs)
+    return digits_config("digits_cnn", seeds, 100, dict(width=4), train, extra)
 
 
 def params(workdir):
@@ -373,26 +376,12 @@ def test_sigterm_saves_every_model_at_its_step_and_the_rerun_resumes_them(single
 
 
 def tiny_monomials(seeds=None, **extra):
-    """The study's monomial network (configs/digits_monomials.py) at width 4 on 30 digits: one
-    step per epoch, 4 epochs, pruning after epochs 1 and 3, a save and a validation at 4."""
-    c = configs.load(os.path.join(REPO, "configs/digits_monomials.py"))
-    c.data.name = "digits"
-    c.data.n_train = 30
-    c.model.widths = (4, 4, 4)
-    c.model.hidden = 8
-    c.model.prune_epochs = (1, 3)
-    c.train.batch_size = 30
-    c.train.eval_batch_size = 200
-    c.train.num_epochs = 4
-    c.train.lr_boundaries = ()
-    c.train.eval_every_epochs = 4
-    c.train.checkpoint_every_epochs = 4
-    c.train.log_every_steps = 0
-    c.seeds = seeds
-    c.precision = "highest"
-    for key, value in extra.items():
-        c[key] = value
-    return c
+    """The study's monomial network (configs/digits_monomials.py) at width 4, without its x2
+    upsampling, on 30 digits: one step per epoch, 4 epochs, pruning after epochs 1 and 3, a
+    save and a validation at 4."""
+    model = dict(widths=(4, 4, 4), hidden=8, prune_epochs=(1, 3), upsample="none")
+    train = dict(batch_size=30, num_epochs=4, eval_every_epochs=4, checkpoint_every_epochs=4)
+    return digits_config("digits_monomials", seeds, 30, model, train, extra)
 
 
 def test_vmapped_models_stay_stacked_where_the_epoch_hook_does_nothing(tmp_path, monkeypatch):
