@@ -756,9 +756,13 @@ def _over_budget(args) -> bool:
     return False
 
 
+def _svm_finished(point: dict) -> bool:
+    return os.path.isfile(os.path.join(point["workdir"], "results.json"))
+
+
 def _svms(points: Sequence[dict], args, after) -> None:
     for p in points:
-        if os.path.isfile(os.path.join(p["workdir"], "results.json")) or _over_budget(args):
+        if _svm_finished(p) or _over_budget(args):
             continue
         r = run_svm(p)
         print(
@@ -1096,7 +1100,7 @@ def _print(runs, svms) -> None:
         left += not done
         print(("# finished: " if done else "") + r.command("python"))
     for p in svms:
-        done = os.path.isfile(os.path.join(p["workdir"], "results.json"))
+        done = _svm_finished(p)
         left += not done
         print(("# finished: " if done else "") + "svm " + json.dumps(p))
     print(f"# {left} of {len(runs) + len(svms)} commands left to run")
