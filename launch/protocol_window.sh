@@ -17,8 +17,9 @@
 #   another, already tuned, runs its main groups).
 # - No group starts with less than MIN_GROUP_S seconds of the window left; at the window's end
 #   every run is stopped with SIGTERM (each saves a checkpoint on it) and OUTDIR gets
-#   protocol_runs.tgz (the landed runs' small results, PROTOCOL_OUT/runs: commit them)
-#   and protocol_partial.tgz (the unfinished runs' latest checkpoints, to resume elsewhere with
+#   protocol_runs.tgz (the small results of the runs that landed in this window, as runs/...
+#   relative to PROTOCOL_OUT: unpack there and commit them; only these, so that the archives
+#   of several windows stay inside what a lent machine sends back) and protocol_partial.tgz (the unfinished runs' latest checkpoints, to resume elsewhere with
 #   the same command: unpack into the run directory), each log beside them.
 # - RERUN (space-separated run paths relative to the run directory) are removed after that copy,
 #   so that they train again: a run that landed on a machine given back has its small results
@@ -37,6 +38,7 @@ report=${PROTOCOL_OUT:-docs/results/protocol}
 mirror=$report/runs
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 end=$((SECONDS + ${WINDOW_S:-420}))
+stamp=$(mktemp)  # what lands in the mirror after this is this window's
 mkdir -p "$runs" "$mirror"
 cp -rn "$mirror"/. "$runs"/
 read -ra rerun <<<"${RERUN:-}"
@@ -71,7 +73,10 @@ for sizes in "${groups[@]}"; do
 done
 # the report from what landed, then the two archives
 python3 launch/study_protocol.py "${common[@]}" --families "$families" --stage report >"$out/report.log" 2>&1
-tar czf "$out/protocol_runs.tgz" "$mirror"
+(cd "$report" && find runs -type f -newer "$stamp" | sort) >"$stamp.list"
+tar czf "$out/protocol_runs.tgz" -C "$report" -T "$stamp.list"
+echo "== $(wc -l <"$stamp.list") files of landed runs in $out/protocol_runs.tgz"
+rm -f "$stamp" "$stamp.list"
 finished=()
 read -ra globs <<<"${PACK_FINISHED:-}"  # read: no pathname expansion of the globs
 for glob in "${globs[@]}"; do finished+=(--finished "$glob"); done

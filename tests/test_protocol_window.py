@@ -64,3 +64,18 @@ def test_a_rerun_path_outside_the_run_directory_is_refused_before_anything_runs(
     assert proc.returncode == 2
     assert "RERUN: ../elsewhere must be a path inside the run directory" in proc.stderr
     assert "--stage tune" not in proc.stdout and (runs / RUN / "checkpoints").exists()
+
+
+def test_the_runs_archive_holds_only_what_landed_in_the_window(tmp_path):
+    """A lent machine sends back few, small files: the archive leaves out the record it started
+    from and holds the run that landed (copied into the record by the report stage)."""
+    landed = "main/scaled_digits/wrn_std/n50/seed_0"
+    (tmp_path / "runs" / landed).mkdir(parents=True)
+    (tmp_path / "runs" / landed / "results.json").write_text(json.dumps({"test_error": 5.0}))
+    proc, record, _ = _window(tmp_path, SIZE_GROUPS="")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads((record / "runs" / landed / "results.json").read_text())["test_error"] == 5.0
+    with tarfile.open(tmp_path / "w" / "protocol_runs.tgz") as tar:
+        names = tar.getnames()
+    assert f"runs/{landed}/results.json" in names
+    assert f"runs/{RUN}/results.json" not in names
