@@ -1,5 +1,6 @@
 """launch/protocol_window.sh: RERUN trains recorded runs again without touching the record,
-SIZE_GROUPS set empty tunes only, PACK_FINISHED brings finished runs' checkpoints, bad RERUN."""
+SIZE_GROUPS set empty tunes only, PACK_FINISHED brings finished runs' checkpoints, bad RERUN;
+launch/protocol_session.sh: windows side by side, packed into what a lent machine sends back."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import tarfile
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "launch" / "protocol_window.sh"
+SESSION = REPO / "launch" / "protocol_session.sh"
 RUN = "main/scaled_digits/wrn_std/n20/seed_0"
 
 
@@ -79,3 +81,53 @@ def test_the_runs_archive_holds_only_what_landed_in_the_window(tmp_path):
         names = tar.getnames()
     assert f"runs/{landed}/results.json" in names
     assert f"runs/{RUN}/results.json" not in names
+
+
+def _session(tmp_path, *windows):
+    record = tmp_path / "record"
+    (record / "runs" / RUN).mkdir(parents=True)
+    (record / "runs" / RUN / "results.json").write_text(json.dumps({"test_error": 9.0}))
+    env = dict(
+        os.environ,
+        SESSION_ROOT=str(tmp_path),
+        RECORD=str(record),
+        WINDOW_S="120",
+        PROTOCOL_ARGS="--dry-run",
+    )
+    return subprocess.run(
+        ["bash", str(SESSION), str(tmp_path / "out"), *windows],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_session_packs_its_windows_into_few_files(tmp_path):
+    landed = "main/rotscaled_digits/wrn_std/n50/seed_0"
+    (tmp_path / "rB" / landed).mkdir(parents=True)
+    (tmp_path / "rB" / landed / "results.json").write_text(json.dumps({"test_error": 5.0}))
+    proc = _session(
+        tmp_path,
+        "A DATASETS=scaled_digits FAMILIES=svm SIZE_GROUPS=",
+        "B DATASETS=rotscaled_digits FAMILIES=svm SIZE_GROUPS=",
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["landed.tgz", "logs.tgz", "partial.tar"]
+    with tarfile.open(tmp_path / "out" / "landed.tgz") as tar:
+        names = tar.getnames()
+    assert f"./runs/{landed}/results.json" in names
+    assert not any(RUN in n for n in names)  # the record it started from stays out
+    with tarfile.open(tmp_path / "out" / "logs.tgz") as tar:
+        assert {"A.out", "B.out", "A/tune.log", "B/tune.log"} <= set(tar.getnames())
+    with tarfile.open(tmp_path / "out" / "partial.tar") as tar:
+        assert {"./A/protocol_partial.tgz", "./B/protocol_partial.tgz"} <= set(tar.getnames())
+
+
+def test_a_session_with_a_malformed_window_starts_none(tmp_path):
+    proc = _session(tmp_path, "A DATASETS=scaled_digits FAMILIES=svm", "B datasets scaled")
+    assert proc.returncode == 2
+    assert "window B: 'datasets' is not a NAME=value setting" in proc.stderr
+    assert not (tmp_path / "pA").exists() and not (tmp_path / "out").exists()
