@@ -401,6 +401,30 @@ def test_report_counts_the_rules_runs_and_keeps_the_first_rules_apart(tmp_path):
     assert "| e2_ii |" in superseded and "| svm |" not in superseded
 
 
+def test_report_gives_each_verdict_under_the_other_holm_family_too(tmp_path):
+    """Two claims at p = 0.048 each: supported when Holm corrects per claim, not when it
+    corrects over both; the report keeps the primary verdicts and lists the two that move."""
+    out = tmp_path / "out"
+    mirror = out / "runs" / "main" / "scaled_digits"
+    diffs = [-1.0, -2.0, -0.5, -1.5, 0.5, -1.0]
+    assert 0.04 < P["stats"]["paired_t_p"](diffs) < 0.05
+    for better, worse in (("e2_ii", "e2_pool"), ("scale_iiws_disco", "scale_pool_disco")):
+        for seed, d in enumerate(diffs):
+            _fake_run(mirror / worse / "n20" / f"seed_{seed}", 30.0 + seed)
+            _fake_run(mirror / better / "n20" / f"seed_{seed}", 30.0 + seed + d)
+    args = P["parse"](["--stage", "report", "--out", str(out), "--datasets", "scaled_digits"])
+    P["write_report"](args, figures=False)
+    claims = json.loads((out / "claims.json").read_text())
+    assert len(claims) == 2
+    for c in claims:
+        assert c["verdict"] == "inconclusive" and math.isclose(c["p_holm"], 2 * c["p"])
+        assert c["verdict_claim"] == "supported" and math.isclose(c["p_holm_claim"], c["p"])
+    md = (out / "results.md").read_text()
+    section = md[md.index("## Sensitivity: the other Holm family") :]
+    assert "0 supported, 0 contradicted; over each claim and dataset: 2 supported" in section
+    assert "| scaled_digits | E(2)-II beats pooling (II over flips) | 20 | -0.92 |" in section
+
+
 def test_tuning_choice_needs_every_candidate_and_takes_the_lowest_held_out_error(tmp_path):
     cands = P["candidates"]("cnn")
     errs = [12.0, 9.5, 9.5, 11.0, 30.0, 40.0]
