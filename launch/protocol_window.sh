@@ -16,10 +16,13 @@
 # - MAIN_FAMILIES: the main runs' families, if not all of FAMILIES (e.g. tune a family while
 #   another, already tuned, runs its main groups).
 # - No group starts with less than MIN_GROUP_S seconds of the window left; at the window's end
-#   every run is stopped with SIGTERM (each saves a checkpoint on it) and OUTDIR gets
+#   every run is stopped with SIGTERM (each saves a checkpoint on it; the driver is killed
+#   KILL_GRACE_S, default 90, later if its runs have not saved by then: 30 s was too short for
+#   14 programs saving at once on one machine) and OUTDIR gets
 #   protocol_runs.tgz (the small results of the runs that landed in this window, as runs/...
 #   relative to PROTOCOL_OUT: unpack there and commit them; only these, so that the archives
-#   of several windows stay inside what a lent machine sends back) and protocol_partial.tgz (the unfinished runs' latest checkpoints, to resume elsewhere with
+#   of several windows stay inside what a lent machine sends back) and protocol_partial.tgz
+#   (the unfinished runs' latest checkpoints, to resume elsewhere with
 #   the same command: unpack into the run directory), each log beside them.
 # - RERUN (space-separated run paths relative to the run directory) are removed after that copy,
 #   so that they train again: a run that landed on a machine given back has its small results
@@ -54,7 +57,7 @@ protocol() {  # protocol LOG ARGS...: one invocation, stopped at the window's en
   local log=$1
   shift
   echo "== $(date +%T) protocol $* ($(left) s left)"
-  timeout -s TERM -k 30 "$(left)" python3 launch/study_protocol.py "${common[@]}" "$@" \
+  timeout -s TERM -k "${KILL_GRACE_S:-90}" "$(left)" python3 launch/study_protocol.py "${common[@]}" "$@" \
     >>"$out/$log" 2>&1
   echo "== $(date +%T) exit $? ($(left) s left)"
   grep -E "landed|budget|wait|left out|error" "$out/$log" | tail -n 5
