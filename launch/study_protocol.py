@@ -556,12 +556,51 @@ def _load(path: str) -> dict | None:
         return None
 
 
+def short_device(kind: str | None) -> str:
+    """'cpu' -> 'CPU', 'NVIDIA H100 80GB HBM3' -> 'H100'; '?' where a run did not record it."""
+    if not kind:
+        return "?"
+    if kind.lower() == "cpu":
+        return "CPU"
+    words = [w for w in kind.split() if w.upper() not in ("NVIDIA", "TESLA")]
+    return words[0] if words else kind
+
+
+def _split_run_path(path: str) -> tuple[str, str] | None:
+    """``ROOT/main/...`` or ``ROOT/tune/...`` -> (ROOT, the rest from ``main``/``tune`` on),
+    at the last such component (a run directory's own path may hold one: /work/main/runs)."""
+    parts = os.path.normpath(path).split(os.sep)
+    at = [i for i, p in enumerate(parts) if p in ("main", "tune")]
+    if not at:
+        return None
+    return os.sep.join(parts[: at[-1]]), os.sep.join(parts[at[-1] :])
+
+
+def run_devices(run_dir: str, r: dict) -> list[str]:
+    """The devices that trained a run: its own and, for a two-phase network, each phase-1
+    stream's: a stream trained inside the run (``streams/<slot>``), or a stream family's run
+    that it reuses, found by its recorded workdir from ``main/`` (``tune/``) on, under the
+    same root as ``run_dir`` (the record's copy, wherever the run trained)."""
+    # the SVM (scikit-learn) records no device: it runs on the CPU
+    devices = {short_device(r.get("device_kind") or ("cpu" if "svm_C" in r else None))}
+    here = _split_run_path(run_dir)
+    for slot, p1 in (r.get("phase1") or {}).items():
+        stream = _load(os.path.join(run_dir, "streams", slot, "results.json"))
+        there = _split_run_path(str(p1.get("workdir", "")))
+        if stream is None and here and there:
+            stream = _load(os.path.join(here[0], there[1], "results.json"))
+        devices.add(short_device(stream.get("device_kind")) if stream else "?")
+    return sorted(devices)
+
+
 def run_record(run_dir: str) -> dict | None:
-    """One finished run: its results plus ``train_loss`` / ``train_error`` (last epoch) and the
-    convergence verdict of :func:`study_stats.convergence`."""
+    """One finished run: its results plus ``train_loss`` / ``train_error`` (last epoch), the
+    convergence verdict of :func:`study_stats.convergence` and ``trained_on``
+    (:func:`run_devices`)."""
     r = _load(os.path.join(run_dir, "results.json"))
     if r is None:
         return None
+    r["trained_on"] = run_devices(run_dir, r)
     c = _load(os.path.join(run_dir, "curve.json")) or curve(run_dir)
     train = [e for e in c.get("train", []) if e[1] is not None]
     conv = stats["convergence"]([e[1] for e in train]) if train else {"converged": None}
@@ -661,6 +700,11 @@ def claims_table(errors: dict, need: int, test: str = "t", family: str = "all") 
             c = stats["compare"](ea, eb, need, test)
             recs.append({"claim": claim, "better": better, "worse": worse, "dataset": dataset})
             recs[-1] |= {"n_train": n, **c}
+            # which devices trained each side (a paired difference across devices carries
+            # their spread too: README, caveats)
+            for side, rs in (("better", a), ("worse", b)):
+                on = sorted({d for r in rs.values() for d in r.get("trained_on", ["?"])})
+                recs[-1][f"trained_on_{side}"] = on
     if family == "all":
         return stats["adjust"](recs)
     groups: dict[tuple, list] = {}

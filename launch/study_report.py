@@ -105,6 +105,12 @@ def convergence_summary(errors: dict) -> tuple[int, int, list[str]]:
     return judged, len(bad), bad
 
 
+def _trained_on(r: dict) -> str:
+    """'CPU' when both sides trained there alone, else 'CPU vs CPU+H100' (first side first)."""
+    a, b = ("+".join(r.get(f"trained_on_{s}", ["?"])) for s in ("better", "worse"))
+    return a if a == b else f"{a} vs {b}"
+
+
 def claims_markdown(records: Sequence[dict], dataset: str) -> str:
     """The claims of one dataset: one line per claim and N_t."""
     mine = [r for r in records if r["dataset"] == dataset]
@@ -112,8 +118,8 @@ def claims_markdown(records: Sequence[dict], dataset: str) -> str:
         return ""
     lines = [
         "| claim | N_t | n | diff (points) | 95% CI | wins | p (primary) | p exact sign-flip "
-        "| p Holm | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| p Holm | verdict | trained on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in mine:
         sd = "" if math.isnan(r["diff_sd"]) else f" ± {r['diff_sd']:.2f}"
@@ -124,7 +130,7 @@ def claims_markdown(records: Sequence[dict], dataset: str) -> str:
         lines.append(
             f"| {r['claim']} (`{r['better']}` - `{r['worse']}`) | {r['n_train']} | {r['n']} "
             f"| {r['diff_mean']:+.2f}{sd} | {ci} | {r['wins']}/{r['n']} | {_p(r['p'])} "
-            f"| {_p(r['p_signflip'])} | {_p(r['p_holm'])} | {v} |"
+            f"| {_p(r['p_signflip'])} | {_p(r['p_holm'])} | {v} | {_trained_on(r)} |"
         )
     return "\n".join(lines)
 

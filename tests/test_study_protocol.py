@@ -425,6 +425,29 @@ def test_report_gives_each_verdict_under_the_other_holm_family_too(tmp_path):
     assert "| scaled_digits | E(2)-II beats pooling (II over flips) | 20 | -0.92 |" in section
 
 
+def test_each_comparison_names_the_devices_that_trained_both_sides(tmp_path):
+    """A two-phase network's devices are its head's and its streams': one reused from a stream
+    family's run (found under the record's root, though the record sits below a folder named
+    main and the run trained elsewhere), one trained inside the run."""
+    mirror = tmp_path / "main" / "out" / "runs" / "main" / "scaled_digits"
+    for seed in range(6):
+        e2 = mirror / "e2_ii" / "n20" / f"seed_{seed}"
+        _fake_run(e2, 30.0 + seed, device_kind="NVIDIA H100 80GB HBM3")
+        elsewhere = f"/scratch/main/runs/main/scaled_digits/e2_ii/n20/seed_{seed}"
+        phase1 = {"e2": {"workdir": elsewhere}, "scale": {"workdir": "/x/streams/scale"}}
+        dual = mirror / "dual" / "n20" / f"seed_{seed}"
+        _fake_run(dual, 28.0 + seed, device_kind="cpu", phase1=phase1)
+        _fake_run(dual / "streams" / "scale", 31.0, device_kind="NVIDIA H200")
+    out = tmp_path / "main" / "out"
+    args = P["parse"](["--stage", "report", "--out", str(out), "--datasets", "scaled_digits"])
+    P["write_report"](args, figures=False)
+    (c,) = json.loads((out / "claims.json").read_text())
+    assert (c["better"], c["worse"]) == ("dual", "e2_ii")
+    assert c["trained_on_better"] == ["CPU", "H100", "H200"] and c["trained_on_worse"] == ["H100"]
+    assert "| CPU+H100+H200 vs H100 |" in (out / "results.md").read_text()
+    assert P["short_device"](None) == "?" and P["short_device"]("TPU v5 lite") == "TPU"
+
+
 def test_tuning_choice_needs_every_candidate_and_takes_the_lowest_held_out_error(tmp_path):
     cands = P["candidates"]("cnn")
     errs = [12.0, 9.5, 9.5, 11.0, 30.0, 40.0]
