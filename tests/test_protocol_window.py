@@ -16,31 +16,32 @@ SESSION = REPO / "launch" / "protocol_session.sh"
 RUN = "main/scaled_digits/wrn_std/n20/seed_0"
 
 
-def _window(tmp_path, **env):
-    record, runs = tmp_path / "out", tmp_path / "runs"
+def _record(record):
+    """A record holding one landed run, RUN."""
     (record / "runs" / RUN).mkdir(parents=True)
     (record / "runs" / RUN / "results.json").write_text(json.dumps({"test_error": 9.0}))
-    ckpt = runs / RUN / "checkpoints" / "600"
-    ckpt.mkdir(parents=True)
-    (ckpt / "state").write_text("600")
-    env = dict(
-        os.environ,
-        RUNS=str(runs),
-        PROTOCOL_OUT=str(record),
-        WINDOW_S="120",
-        DATASETS="scaled_digits",
-        FAMILIES="svm",
-        PROTOCOL_ARGS="--dry-run",
-        **env,
-    )
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), str(tmp_path / "w")],
+
+
+def _bash(script, *args, **env):
+    env = dict(os.environ, WINDOW_S="120", PROTOCOL_ARGS="--dry-run", **env)
+    return subprocess.run(
+        ["bash", str(script), *map(str, args)],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def _window(tmp_path, **env):
+    record, runs = tmp_path / "out", tmp_path / "runs"
+    _record(record)
+    ckpt = runs / RUN / "checkpoints" / "600"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state").write_text("600")
+    env = dict(RUNS=str(runs), PROTOCOL_OUT=str(record), DATASETS="scaled_digits") | env
+    proc = _bash(SCRIPT, tmp_path / "w", FAMILIES="svm", **env)
     return proc, record, runs
 
 
@@ -84,24 +85,9 @@ def test_the_runs_archive_holds_only_what_landed_in_the_window(tmp_path):
 
 
 def _session(tmp_path, *windows):
-    record = tmp_path / "record"
-    (record / "runs" / RUN).mkdir(parents=True)
-    (record / "runs" / RUN / "results.json").write_text(json.dumps({"test_error": 9.0}))
-    env = dict(
-        os.environ,
-        SESSION_ROOT=str(tmp_path),
-        RECORD=str(record),
-        WINDOW_S="120",
-        PROTOCOL_ARGS="--dry-run",
-    )
-    return subprocess.run(
-        ["bash", str(SESSION), str(tmp_path / "out"), *windows],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    _record(tmp_path / "record")
+    env = dict(SESSION_ROOT=str(tmp_path), RECORD=str(tmp_path / "record"))
+    return _bash(SESSION, tmp_path / "out", *windows, **env)
 
 
 def test_a_session_packs_its_windows_into_few_files(tmp_path):
