@@ -34,11 +34,11 @@ for spec in "$@"; do  # every window checked before any starts
       { echo "protocol_session: window ${words[0]}: '$w' is not a NAME=value setting" >&2 && exit 2; }
   done
 done
-cd "$(dirname "$0")/.."
+mkdir -p "$out" && out=$(cd "$out" && pwd)  # OUT relative to where it was called
+cd "$(dirname "$0")/.."  # RECORD relative to the repository
 root=${SESSION_ROOT:-/tmp}
 record=${RECORD:-docs/results/protocol}
 work=$(mktemp -d)
-mkdir -p "$out"
 names=()
 for spec in "$@"; do
   read -ra words <<<"$spec"

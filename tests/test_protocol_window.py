@@ -22,11 +22,11 @@ def _record(record):
     (record / "runs" / RUN / "results.json").write_text(json.dumps({"test_error": 9.0}))
 
 
-def _bash(script, *args, **env):
+def _bash(script, *args, cwd=REPO, **env):
     env = dict(os.environ, WINDOW_S="120", PROTOCOL_ARGS="--dry-run", **env)
     return subprocess.run(
         ["bash", str(script), *map(str, args)],
-        cwd=REPO,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -87,7 +87,7 @@ def test_the_runs_archive_holds_only_what_landed_in_the_window(tmp_path):
 def _session(tmp_path, *windows):
     _record(tmp_path / "record")
     env = dict(SESSION_ROOT=str(tmp_path), RECORD=str(tmp_path / "record"))
-    return _bash(SESSION, tmp_path / "out", *windows, **env)
+    return _bash(SESSION, "out", *windows, cwd=tmp_path, **env)  # OUT relative to the caller
 
 
 def test_a_session_packs_its_windows_into_few_files(tmp_path):
