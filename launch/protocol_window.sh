@@ -18,7 +18,7 @@
 # - No group starts with less than MIN_GROUP_S seconds of the window left; at the window's end
 #   every run is stopped with SIGTERM (each saves a checkpoint on it; the driver is killed
 #   KILL_GRACE_S, default 90, later if its runs have not saved by then: 30 s was too short for
-#   14 programs saving at once on one machine) and OUTDIR gets
+#   up to 20 programs saving at once on one machine) and OUTDIR gets
 #   protocol_runs.tgz (the small results of the runs that landed in this window, as runs/...
 #   relative to PROTOCOL_OUT: unpack there and commit them; only these, so that the archives
 #   of several windows stay inside what a lent machine sends back) and protocol_partial.tgz
