@@ -8,7 +8,7 @@
 #     'D DATASETS=scaled_digits FAMILIES=scale_iimono_disco,scale_iiws_mnet_disco SIZE_GROUPS=300'
 #
 # - Each argument is a window: its name (letters, digits, '_'), then its protocol_window.sh
-#   settings as NAME=value words (a value holds no space: RERUN names one path here). The
+#   settings as NAME=value words (a value holds no space: separate RERUN's paths by commas). The
 #   protocol trains its datasets one after the other, so give each dataset a window of its
 #   own when they should train side by side.
 # - Each window has its own run directory, SESSION_ROOT/r<name> (default /tmp/r<name>), kept on

@@ -24,11 +24,14 @@
 #   of several windows stay inside what a lent machine sends back) and protocol_partial.tgz
 #   (the unfinished runs' latest checkpoints, to resume elsewhere with
 #   the same command: unpack into the run directory), each log beside them.
-# - RERUN (space-separated run paths relative to the run directory) are removed after that copy,
-#   so that they train again: a run that landed on a machine given back has its small results
-#   in git but no checkpoint, which a two-phase network needs of its phase-1 streams. Their
-#   recorded results stay the record (launch/study_protocol.py reads the choice and the errors
-#   from PROTOCOL_OUT/runs; sync never overwrites it).
+# - RERUN (run paths relative to the run directory, separated by spaces or commas) are removed
+#   after that copy, so that they train again: a run that landed on a machine given back has its
+#   small results in git but no checkpoint, which a two-phase network needs of its phase-1
+#   streams. A path under which the run directory already holds a checkpoint (trained here by
+#   an earlier call, finished or not) is kept, so the same command can be given again on a warm
+#   machine and resumes instead of starting over. Their recorded results stay the record
+#   (launch/study_protocol.py reads the choice and the errors from PROTOCOL_OUT/runs; sync never
+#   overwrites it).
 # - PACK_FINISHED (space-separated globs, launch/pack_partial.py --finished) adds the final
 #   checkpoints of the finished runs that match to protocol_partial.tgz, e.g. the streams that
 #   two-phase networks elsewhere will reuse: PACK_FINISHED='*/scale_iiws_disco/*'.
@@ -44,10 +47,17 @@ end=$((SECONDS + ${WINDOW_S:-420}))
 stamp=$(mktemp)  # what lands in the mirror after this is this window's
 mkdir -p "$runs" "$mirror"
 cp -rn "$mirror"/. "$runs"/
-read -ra rerun <<<"${RERUN:-}"
-for run in "${rerun[@]}"; do
+rerun_list=${RERUN:-}
+read -ra rerun <<<"${rerun_list//,/ }"
+for run in "${rerun[@]}"; do  # all checked before any is removed
   case "$run" in /* | *..*) echo "RERUN: $run must be a path inside the run directory" >&2 && exit 2 ;; esac
-  rm -rf "${runs:?}/$run" && echo "== $run removed: it trains again"
+done
+for run in "${rerun[@]}"; do
+  if [ -n "$(find "$runs/$run" -type d -name checkpoints -print -quit 2>/dev/null)" ]; then
+    echo "== $run kept: it has checkpoints here (trained by an earlier call)"
+  else
+    rm -rf "${runs:?}/$run" && echo "== $run removed: it trains again"
+  fi
 done
 families=${FAMILIES:-scale_pool_disco,scale_iiws_disco}
 common=(--datasets "${DATASETS:-scaled_digits}" --runs-dir "$runs" --out "$report" ${PROTOCOL_ARGS:-})
