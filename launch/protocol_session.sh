@@ -17,6 +17,9 @@
 # - OUT gets three kinds of file:
 #   landed.tgz: the runs that landed in any window (runs/..., unpack into the record and
 #     commit: tar xzf OUT/landed.tgz -C docs/results/protocol --skip-old-files);
+#   rerun.tgz (only if a window's RERUN runs trained again and finished): their small results,
+#     runs/... as the record holds them, which the record keeps its own of unless replaced on
+#     purpose (tar xzf OUT/rerun.tgz -C docs/results/protocol overwrites);
 #   logs.tgz: every window's logs;
 #   partial.tar (or partial.tar.aa, .ab, ... in pieces of 15 MiB when larger): per window
 #     <name>/protocol_partial.tgz, the unfinished runs' latest checkpoints and those that
@@ -49,9 +52,12 @@ for spec in "$@"; do
     bash launch/protocol_window.sh "$work/$name" >"$work/$name.out" 2>&1 &
 done
 wait
-mkdir -p "$work/landed" "$work/partial"
+mkdir -p "$work/landed" "$work/partial" "$work/rerun"
 for name in "${names[@]}"; do
   tar xzf "$work/$name/protocol_runs.tgz" -C "$work/landed" 2>/dev/null
+  if [ -f "$work/$name/protocol_rerun.tgz" ]; then
+    tar xzf "$work/$name/protocol_rerun.tgz" -C "$work/rerun" && rm "$work/$name/protocol_rerun.tgz"
+  fi
   if [ -f "$work/$name/protocol_partial.tgz" ]; then
     mkdir -p "$work/partial/$name" && mv "$work/$name/protocol_partial.tgz" "$work/partial/$name/"
   fi
@@ -59,6 +65,7 @@ for name in "${names[@]}"; do
 done
 (cd "$work/landed" && find . -type f | sort) >"$work/landed.list"
 tar czf "$out/landed.tgz" -C "$work/landed" -T "$work/landed.list"
+[ -d "$work/rerun/runs" ] && tar czf "$out/rerun.tgz" -C "$work/rerun" runs
 tar czf "$out/logs.tgz" -C "$work" "${names[@]}" "${names[@]/%/.out}"
 tar cf "$out/partial.tar" -C "$work/partial" .
 if [ "$(stat -c %s "$out/partial.tar")" -gt $((15 * 1024 * 1024)) ]; then

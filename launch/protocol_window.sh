@@ -31,7 +31,9 @@
 #   an earlier call, finished or not) is kept, so the same command can be given again on a warm
 #   machine and resumes instead of starting over. Their recorded results stay the record
 #   (launch/study_protocol.py reads the choice and the errors from PROTOCOL_OUT/runs; sync never
-#   overwrites it).
+#   overwrites it); the retrained ones' small results come back apart, in protocol_rerun.tgz
+#   (runs/<path>/..., as the record holds them), to replace the record's only on purpose:
+#   tar xzf OUTDIR/protocol_rerun.tgz -C docs/results/protocol.
 # - PACK_FINISHED (space-separated globs, launch/pack_partial.py --finished) adds the final
 #   checkpoints of the finished runs that match to protocol_partial.tgz, e.g. the streams that
 #   two-phase networks elsewhere will reuse: PACK_FINISHED='*/scale_iiws_disco/*'.
@@ -90,6 +92,21 @@ python3 launch/study_protocol.py "${common[@]}" --families "$families" --stage r
 tar czf "$out/protocol_runs.tgz" -C "$report" -T "$stamp.list"
 echo "== $(wc -l <"$stamp.list") files of landed runs in $out/protocol_runs.tgz"
 rm -f "$stamp" "$stamp.list"
+if [ ${#rerun[@]} -gt 0 ]; then  # the retrained runs, apart from the record they would replace
+  again=$(mktemp -d)
+  python3 - "$runs" "$again/runs" "${rerun[@]}" <<'PY'
+import os, runpy, sys
+
+sync = runpy.run_path("launch/study_protocol.py")["sync"]
+runs, dst = sys.argv[1], sys.argv[2]
+for path in sys.argv[3:]:
+    if os.path.isdir(os.path.join(runs, path)):
+        n = sync(os.path.join(runs, path), os.path.join(dst, path))
+        print(f"== {path}: {n} retrained run(s) in protocol_rerun.tgz")
+PY
+  [ -d "$again/runs" ] && tar czf "$out/protocol_rerun.tgz" -C "$again" runs
+  rm -rf "$again"
+fi
 finished=()
 read -ra globs <<<"${PACK_FINISHED:-}"  # read: no pathname expansion of the globs
 for glob in "${globs[@]}"; do finished+=(--finished "$glob"); done

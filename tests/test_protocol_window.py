@@ -1,5 +1,6 @@
 """launch/protocol_window.sh: RERUN trains recorded runs again without touching the record,
-SIZE_GROUPS set empty tunes only, PACK_FINISHED brings finished runs' checkpoints, bad RERUN;
+SIZE_GROUPS set empty tunes only, PACK_FINISHED brings finished runs' checkpoints, bad RERUN,
+the retrained runs come back apart;
 launch/protocol_session.sh: windows side by side, packed into what a lent machine sends back."""
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def test_rerun_removes_the_run_but_not_the_record_and_empty_size_groups_only_tun
     assert (record / "runs" / landed / "results.json").exists()
     assert json.loads((record / "runs" / RUN / "results.json").read_text()) == {"test_error": 9.0}
     assert "--stage tune" in proc.stdout and "--stage main" not in proc.stdout
+    # the kept run is finished here: its results come back apart from the record's
+    with tarfile.open(tmp_path / "w" / "protocol_rerun.tgz") as tar:
+        names = tar.getnames()
+    assert f"runs/{RUN}/results.json" in names and f"runs/{RUN}/curve.json" in names
+    assert not any("e2_ii" in n for n in names)
 
 
 def test_pack_finished_brings_the_final_checkpoint_of_matching_runs(tmp_path):
@@ -120,6 +126,26 @@ def test_a_session_packs_its_windows_into_few_files(tmp_path):
         assert {"A.out", "B.out", "A/tune.log", "B/tune.log"} <= set(tar.getnames())
     with tarfile.open(tmp_path / "out" / "partial.tar") as tar:
         assert {"./A/protocol_partial.tgz", "./B/protocol_partial.tgz"} <= set(tar.getnames())
+
+
+def test_a_session_brings_the_retrained_runs_apart_from_what_landed(tmp_path):
+    """A window's RERUN runs that trained again (here: kept, with a checkpoint and results in
+    its run directory) come back in rerun.tgz, not in landed.tgz: the record keeps its own
+    results unless they are replaced on purpose."""
+    run = tmp_path / "rA" / RUN
+    (run / "checkpoints" / "600").mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"test_error": 7.0}))
+    rerun = "RERUN=main/scaled_digits/wrn_std/n20,main/scaled_digits/e2_ii/n20"
+    proc = _session(tmp_path, f"A DATASETS=scaled_digits FAMILIES=svm SIZE_GROUPS= {rerun}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with tarfile.open(tmp_path / "out" / "rerun.tgz") as tar:
+        member = tar.extractfile(f"runs/{RUN}/results.json")
+        assert json.loads(member.read()) == {"test_error": 7.0}
+    with tarfile.open(tmp_path / "out" / "landed.tgz") as tar:
+        assert not any(RUN in n for n in tar.getnames())
+    assert json.loads((tmp_path / "record" / "runs" / RUN / "results.json").read_text()) == {
+        "test_error": 9.0
+    }
 
 
 def test_a_session_with_a_malformed_window_starts_none(tmp_path):
