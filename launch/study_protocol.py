@@ -733,6 +733,7 @@ def sensitivity_markdown(claims: list[dict], family: str, other: str) -> list[st
     comparisons whose verdict differs between them."""
     if not claims:
         return []
+    _p = report["_p"]  # p-values as the claims tables print them
 
     def counts(key: str) -> str:
         n = {v: sum(c[key] == v for c in claims) for v in ("supported", "contradicted")}
@@ -755,7 +756,7 @@ def sensitivity_markdown(claims: list[dict], family: str, other: str) -> list[st
         ]
         text += [
             f"| {c['dataset']} | {c['claim']} | {c['n_train']} | {c['diff_mean']:+.2f} | "
-            f"{c['p']:.2g} | {c['p_holm']:.2g} | {c['verdict']} | {c[f'p_holm_{other}']:.2g} | "
+            f"{_p(c['p'])} | {_p(c['p_holm'])} | {c['verdict']} | {_p(c[f'p_holm_{other}'])} | "
             f"{c[f'verdict_{other}']} |"
             for c in moved
         ]

@@ -22,10 +22,14 @@ def _pct(x) -> str:
     return f"{x:.2f}" if isinstance(x, int | float) and math.isfinite(x) else "-"
 
 
-def _p(x) -> str:
+def _p(x, alpha: float = 0.05) -> str:
+    """Two significant digits, three where two would read as the level ``alpha`` itself (a Holm
+    p of 0.0499 is supported, and printed as 0.05 it would read as not)."""
     if not isinstance(x, int | float) or math.isnan(x):
         return "-"
-    return f"{x:.2g}" if x >= 1e-4 else f"{x:.1e}"
+    if x < 1e-4:
+        return f"{x:.1e}"
+    return f"{x:.3g}" if f"{x:.2g}" == f"{alpha:.2g}" and x != alpha else f"{x:.2g}"
 
 
 def tuning_table(dataset: str, results: dict, chosen: dict, candidates) -> str:

@@ -401,6 +401,16 @@ def test_report_counts_the_rules_runs_and_keeps_the_first_rules_apart(tmp_path):
     assert "| e2_ii |" in superseded and "| svm |" not in superseded
 
 
+@pytest.mark.parametrize(
+    "p, shown",
+    [(0.0499, "0.0499"), (0.0502, "0.0502"), (0.05, "0.05"), (0.048, "0.048"), (0.51, "0.51")]
+    + [(0.0012, "0.0012"), (5e-5, "5.0e-05"), (float("nan"), "-")],
+)
+def test_a_p_value_near_the_level_keeps_the_digit_that_decides_it(p, shown):
+    """A Holm p of 0.0499 is supported; at two digits it would print as 0.05 and read as not."""
+    assert P["report"]["_p"](p) == shown
+
+
 def test_report_gives_each_verdict_under_the_other_holm_family_too(tmp_path):
     """Two claims at p = 0.048 each: supported when Holm corrects per claim, not when it
     corrects over both; the report keeps the primary verdicts and lists the two that move."""
