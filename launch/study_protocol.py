@@ -728,9 +728,39 @@ def with_other_holm(claims: list[dict], errors: dict, need: int, test: str, fami
     return other
 
 
+def planned_family_size(family: str, sizes=SIZES) -> int:
+    """How many comparisons one Holm family holds once every run of the plan has landed."""
+    return len(sizes) * (sum(len(ds) for *_, ds in CLAIMS) if family == "all" else 1)
+
+
+def with_planned_holm(claims: list[dict], family: str, sizes=SIZES) -> None:
+    """Add ``p_holm_planned`` and ``verdict_planned`` to each of ``claims``: Holm over the whole
+    planned family (every claim of :data:`CLAIMS` on its datasets at every N_t of ``sizes``;
+    with ``family='claim'`` each claim and dataset's ``len(sizes)``), the comparisons not yet
+    complete counted at p = 1. Holm's adjusted p-values never rise when another p-value falls,
+    so each bounds every Holm p its comparison can get as the rest lands (its own runs
+    unchanged): a verdict supported here cannot turn."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in claims:
+        key = ("all",) if family == "all" else (c["claim"], c["dataset"])
+        groups.setdefault(key, []).append(c)
+    per_group = planned_family_size(family, sizes)
+    for recs in groups.values():
+        ps = [r["p"] for r in recs]
+        missing = per_group - sum(not math.isnan(p) for p in ps)
+        if missing < 0:
+            raise ValueError(f"{len(recs)} comparisons in a planned family of {per_group}")
+        for r, a in zip(recs, stats["holm"](ps + [1.0] * missing), strict=False):
+            r["p_holm_planned"] = a
+            r["verdict_planned"] = (
+                "pending" if math.isnan(a) else stats["verdict"](r["diff_mean"], a)
+            )
+
+
 def sensitivity_markdown(claims: list[dict], family: str, other: str) -> list[str]:
-    """A report section: the verdicts counted under both Holm families, and a table of the
-    comparisons whose verdict differs between them."""
+    """A report section: the verdicts counted under both Holm families, a table of the
+    comparisons whose verdict differs between them, and (where :func:`with_planned_holm` ran)
+    the verdicts that no later landing can turn."""
     if not claims:
         return []
     _p = report["_p"]  # p-values as the claims tables print them
@@ -741,7 +771,7 @@ def sensitivity_markdown(claims: list[dict], family: str, other: str) -> list[st
 
     moved = [c for c in claims if c["verdict"] != c[f"verdict_{other}"]]
     text = [
-        "## Sensitivity: the other Holm family",
+        "## Sensitivity: the other Holm family, and the planned one",
         "",
         f"Of {len(claims)} comparisons, Holm over {HOLM_FAMILIES[family]} (the verdicts above): "
         f"{counts('verdict')}; over {HOLM_FAMILIES[other]}: {counts(f'verdict_{other}')}. "
@@ -761,6 +791,31 @@ def sensitivity_markdown(claims: list[dict], family: str, other: str) -> list[st
             for c in moved
         ]
         text.append("")
+    if claims and "verdict_planned" in claims[0]:
+        m = planned_family_size(family)
+        fragile = [
+            c
+            for c in claims
+            if c["verdict"] != "inconclusive" and c["verdict_planned"] != c["verdict"]
+        ]
+        total = f"{m} comparisons" if family == "all" else f"{m} per claim and dataset"
+        text += [
+            f"Holm over the whole planned family ({total}; the comparisons not yet complete "
+            "counted at p = 1), which bounds every Holm p that a comparison can get as the rest "
+            f"lands, since Holm's adjusted p-values never rise when another falls: "
+            f"{counts('verdict_planned')}. Those verdicts no later landing can turn (unless a "
+            "comparison's own runs are replaced). Decided now but not yet beyond that bound: "
+            + (
+                ", ".join(
+                    f"{c['dataset']} {c['claim']} at N_t = {c['n_train']} "
+                    f"(Holm p {_p(c['p_holm'])}, bound {_p(c['p_holm_planned'])})"
+                    for c in fragile
+                )
+                or "none"
+            )
+            + ".",
+            "",
+        ]
     return text
 
 
@@ -997,6 +1052,7 @@ def write_report(args, figures: bool = True) -> None:
     need = len(args.seeds)
     claims = claims_table(errors, need, args.test, args.holm_family)
     other = with_other_holm(claims, errors, need, args.test, args.holm_family)
+    with_planned_holm(claims, args.holm_family)
     for dataset in datasets:
         table = report["results_table"](errors, dataset, fams, need)
         if not table:

@@ -433,6 +433,55 @@ def test_report_gives_each_verdict_under_the_other_holm_family_too(tmp_path):
     section = md[md.index("## Sensitivity: the other Holm family") :]
     assert "0 supported, 0 contradicted; over each claim and dataset: 2 supported" in section
     assert "| scaled_digits | E(2)-II beats pooling (II over flips) | 20 | -0.92 |" in section
+    m = P["planned_family_size"]("all")  # every claim on its datasets at every N_t
+    assert m == len(P["SIZES"]) * sum(len(ds) for *_, ds in P["CLAIMS"]) > 100
+    for c in claims:  # the 2 complete ones first, then m - 2 at p = 1
+        assert math.isclose(c["p_holm_planned"], min(1.0, m * c["p"]))
+    assert f"Holm over the whole planned family ({m} comparisons;" in section
+
+
+@pytest.mark.parametrize("family", ["all", "claim"])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_planned_holm_p_bounds_every_later_holm_p(family, seed):
+    """Holm over the planned family, the missing comparisons at p = 1, is never below the Holm p
+    the same comparison gets once the rest has landed, whatever their p-values: its verdict
+    cannot turn. Some landed comparisons are pending (NaN p), counted as missing."""
+    rng = np.random.default_rng(seed)
+    sizes = (20, 50, 100)
+    points = [(c, d, n) for c, *_, ds in P["CLAIMS"] for d in ds for n in sizes]
+    landed = [points[i] for i in rng.choice(len(points), size=len(points) // 3, replace=False)]
+    landed_set = set(landed)
+
+    def rec(point, p):
+        return {
+            "claim": point[0],
+            "dataset": point[1],
+            "n_train": point[2],
+            "p": p,
+            "diff_mean": -1.0,
+        }
+
+    ps = rng.uniform(0, 0.02, len(landed)) ** rng.uniform(0.5, 3, len(landed))
+    ps[:3] = math.nan  # pending: fewer realisations than the protocol's
+    now = [rec(pt, float(p)) for pt, p in zip(landed, ps, strict=True)]
+    P["with_planned_holm"](now, family, sizes)
+    later = [dict(r) for r in now] + [
+        rec(pt, float(rng.uniform(0, 1) ** 4)) for pt in points if pt not in landed_set
+    ]
+    for r in later[:3]:
+        r["p"] = float(rng.uniform(0, 0.01))  # the pending ones complete too
+    if family == "all":
+        P["stats"]["adjust"](later)
+    else:
+        groups = {}
+        for r in later:
+            groups.setdefault((r["claim"], r["dataset"]), []).append(r)
+        for g in groups.values():
+            P["stats"]["adjust"](g)
+    for a, b in zip(now[3:], later[3 : len(now)], strict=True):
+        assert b["p_holm"] <= a["p_holm_planned"] + 1e-12
+    assert all(r["verdict_planned"] == "pending" for r in now[:3])
+    assert any(r["verdict_planned"] == "supported" for r in now)  # the bound is not vacuous
 
 
 def test_each_comparison_names_the_devices_that_trained_both_sides(tmp_path):
