@@ -791,7 +791,7 @@ def sensitivity_markdown(claims: list[dict], family: str, other: str) -> list[st
             for c in moved
         ]
         text.append("")
-    if claims and "verdict_planned" in claims[0]:
+    if "verdict_planned" in claims[0]:
         m = planned_family_size(family)
         fragile = [
             c
