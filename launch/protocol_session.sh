@@ -14,7 +14,7 @@
 # - Each window has its own run directory, SESSION_ROOT/r<name> (default /tmp/r<name>), kept on
 #   the machine: the same command again on the same warm machine resumes every window. Each
 #   has its own copy of the record (RECORD, default docs/results/protocol) at SESSION_ROOT/p<name>.
-# - OUT gets three kinds of file:
+# - OUT gets three kinds of file, four where a window retrains RERUN runs:
 #   landed.tgz: the runs that landed in any window (runs/..., unpack into the record and
 #     commit: tar xzf OUT/landed.tgz -C docs/results/protocol --skip-old-files);
 #   rerun.tgz (only if a window's RERUN runs trained again and finished): their small results,
