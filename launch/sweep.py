@@ -287,17 +287,25 @@ def by_point(runs: Sequence[Run]) -> list[list[Run]]:
     return [[r for r in runs if r.point == p] for p in points]
 
 
-def finished(run: Run) -> bool:
-    """A run is finished when its ``results.json`` exists (written last, atomically); a run of
-    several models (``--config.seeds``, ``invjax.training.many``) when every model's
-    ``seed_<k>/results.json`` does."""
+def _model_dirs(run: Run) -> list[str]:
+    """Where the run's models write: ``seed_<k>/`` of each model of a run of several
+    (``--config.seeds``, ``invjax.training.many``), else the workdir itself."""
     root = os.path.join(REPO, run.workdir)
     seeds = run.overrides.get("seeds")
     if isinstance(seeds, tuple) and len(seeds) > 1:
-        return all(
-            os.path.isfile(os.path.join(many.seed_workdir(root, k), "results.json")) for k in seeds
-        )
-    return os.path.isfile(os.path.join(root, "results.json"))
+        return [many.seed_workdir(root, k) for k in seeds]
+    return [root]
+
+
+def finished(run: Run) -> bool:
+    """A run is finished when its ``results.json`` exists (written last, atomically); a run of
+    several models when every model's does."""
+    return all(os.path.isfile(os.path.join(d, "results.json")) for d in _model_dirs(run))
+
+
+def resumes(run: Run) -> bool:
+    """Whether the run has a checkpoint to resume from (any of its models)."""
+    return any(os.path.isdir(os.path.join(d, "checkpoints")) for d in _model_dirs(run))
 
 
 def visible_gpus() -> list[str]:
@@ -440,9 +448,7 @@ def run_local(
 
     def one(run: Run, env, slot: int) -> None:
         cmd = run.command(sys.executable)
-        state = (
-            "resume" if os.path.isdir(os.path.join(REPO, run.workdir, "checkpoints")) else "start"
-        )
+        state = "resume" if resumes(run) else "start"
         t = time.perf_counter()
         if env is None:  # one run at a time: its output right here
             proc = stopper.start(shlex.split(cmd), cwd=REPO)

@@ -412,3 +412,21 @@ def test_parameter_counts_in_one_unit():
         ]
     )  # fmt: skip
     assert "36.479M" in table and "0.007M" in table and " 7234 " not in table
+
+
+def test_a_run_of_several_models_resumes_and_finishes_by_its_models_dirs(tmp_path):
+    """A K-model run (``--config.seeds``) keeps its checkpoints and results under
+    ``seed_<k>/``: it resumes (the sweep's log says so) when any model has a checkpoint, and is
+    finished only when every model has its results."""
+    run = sweep.Run("e", "digits_cnn", {"seeds": (0, 1)}, ("n20", 0), str(tmp_path / "r"))
+    assert not sweep.resumes(run) and not sweep.finished(run)
+    (tmp_path / "r" / "seed_1" / "checkpoints").mkdir(parents=True)
+    assert sweep.resumes(run) and not sweep.finished(run)
+    (tmp_path / "r" / "seed_0").mkdir()
+    (tmp_path / "r" / "seed_0" / "results.json").write_text("{}")
+    assert not sweep.finished(run)
+    (tmp_path / "r" / "seed_1" / "results.json").write_text("{}")
+    assert sweep.finished(run)
+    single = sweep.Run("e", "digits_cnn", {"seed": 0}, ("n20", 0), str(tmp_path / "s"))
+    (tmp_path / "s" / "checkpoints").mkdir(parents=True)
+    assert sweep.resumes(single) and not sweep.finished(single)
