@@ -705,14 +705,18 @@ def claims_table(errors: dict, need: int, test: str = "t", family: str = "all") 
             for side, rs in (("better", a), ("worse", b)):
                 on = sorted({d for r in rs.values() for d in r.get("trained_on", ["?"])})
                 recs[-1][f"trained_on_{side}"] = on
-    if family == "all":
-        return stats["adjust"](recs)
-    groups: dict[tuple, list] = {}
-    for r in recs:
-        groups.setdefault((r["claim"], r["dataset"]), []).append(r)
-    for g in groups.values():
+    for g in holm_groups(recs, family):
         stats["adjust"](g)
     return recs
+
+
+def holm_groups(recs: list[dict], family: str) -> list[list[dict]]:
+    """The comparisons of each Holm family: all together (``'all'``) or per claim and dataset
+    (``'claim'``), each in the order of ``recs``."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in recs:
+        groups.setdefault(("all",) if family == "all" else (r["claim"], r["dataset"]), []).append(r)
+    return list(groups.values())
 
 
 HOLM_FAMILIES = {"all": "every complete comparison", "claim": "each claim and dataset"}
@@ -740,12 +744,8 @@ def with_planned_holm(claims: list[dict], family: str, sizes=SIZES) -> None:
     complete counted at p = 1. Holm's adjusted p-values never rise when another p-value falls,
     so each bounds every Holm p its comparison can get as the rest lands (its own runs
     unchanged): a verdict supported here cannot turn."""
-    groups: dict[tuple, list[dict]] = {}
-    for c in claims:
-        key = ("all",) if family == "all" else (c["claim"], c["dataset"])
-        groups.setdefault(key, []).append(c)
     per_group = planned_family_size(family, sizes)
-    for recs in groups.values():
+    for recs in holm_groups(claims, family):
         ps = [r["p"] for r in recs]
         missing = per_group - sum(not math.isnan(p) for p in ps)
         if missing < 0:
