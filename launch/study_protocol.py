@@ -468,7 +468,10 @@ def seeds_in_one(runs: Sequence) -> list:
     (``--config.seeds``, workdir ``.../n<N_t>``); multi-stream runs stay as they are.
 
     Model k of the group uses realisation k (``--config.realisation_from_seed=True``), as the
-    single runs do; refused (ValueError) if the config keys are missing or a run does not."""
+    single runs do; refused (ValueError) if the config keys are missing or a run does not. A
+    group stands where its first run stood, so that a point's seed groups come before the
+    multi-stream runs that reuse them as phase 1 (``--parallel 1`` trains in this order; every
+    multi-stream run used to come first, ahead of the streams it reuses)."""
     from invjax.configs import base
 
     if "seeds" not in base.get_config():
@@ -477,13 +480,22 @@ def seeds_in_one(runs: Sequence) -> list:
             "does not have: run without it"
         )
     groups: dict[tuple, list] = {}
-    out = []
+    order: list = []  # a multi-stream run, or the key of a group where its first run stood
     for r in runs:
         if r.multi:
-            out.append(r)
+            order.append(r)
             continue
-        groups.setdefault((r.experiment, os.path.dirname(r.workdir)), []).append(r)
-    for (family, workdir), rs in groups.items():
+        key = (r.experiment, os.path.dirname(r.workdir))
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append(r)
+    out = []
+    for item in order:
+        if not isinstance(item, tuple):
+            out.append(item)
+            continue
+        family, workdir = item
+        rs = groups[item]
         ov = {k: v for k, v in rs[0].overrides.items() if k not in ("seed", "data.realisation")}
         if any(r.overrides.get("data.realisation") != r.overrides["seed"] for r in rs):
             raise ValueError(f"--seeds-in-one: {family}'s runs do not use realisation = seed")

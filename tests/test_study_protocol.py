@@ -564,6 +564,36 @@ def test_seeds_in_one_groups_a_points_seeds_into_one_k_model_run(tmp_path):
     assert grouped[0].workdir == os.path.dirname(runs[0].workdir)
 
 
+def test_seeds_in_one_puts_a_points_seed_groups_before_the_runs_that_reuse_them(tmp_path):
+    """``--parallel 1`` trains in the list's order: dual's phase 1 reuses the point's e2_ii and
+    scale_iiws_disco runs, so their 2-seed groups must come before dual's runs of that point
+    (they came after every multi-stream run before), and N_t = 20's before N_t = 50's."""
+    runs, _, _ = P["plan_main"](
+        str(tmp_path), "scaled_digits", ["dual"], [20, 50], [0, 1], RULE, _all_chosen()
+    )
+    grouped = P["seeds_in_one"](runs)
+    order = [
+        (r.experiment, "multi" if r.multi else r.overrides["seeds"], r.point[1]) for r in grouped
+    ]
+    assert len(grouped) == 8  # per N_t: two 2-seed groups and dual's two runs
+    for n in (20, 50):
+        groups = [i for i, (e, seeds, m) in enumerate(order) if m == n and seeds != "multi"]
+        multi = [i for i, (e, seeds, m) in enumerate(order) if m == n and seeds == "multi"]
+        assert len(groups) == 2 and len(multi) == 2 and max(groups) < min(multi), order
+        assert all(order[i][1] == (0, 1) for i in groups)
+    assert max(i for i, o in enumerate(order) if o[2] == 20) < min(
+        i for i, o in enumerate(order) if o[2] == 50
+    )
+    for r in grouped:  # each dual run's phase 1 points at a group's model directory
+        if r.multi:
+            stream_dirs = [v for k, v in r.overrides.items() if k.endswith(".workdir")]
+            assert len(stream_dirs) == 2
+            assert all(
+                os.path.dirname(d) in {g.workdir for g in grouped if not g.multi}
+                for d in stream_dirs
+            )
+
+
 def test_val_source_train_holds_out_a_fifth_of_the_training_split():
     from invjax import data
 
