@@ -6,6 +6,7 @@
         [--min-steps 600] [--min-epochs 300] [--batch-size 64] [--width-divisor 2]
         [--test t|signflip|wilcoxon] [--holm-family all|claim] [--budget-minutes 0]
         [--parallel 1] [--runs-per-gpu 1] [--platform auto] [--commit] [--seeds-in-one] [--dry-run]
+        [--rerun main/DATASET/FAMILY/LABEL,...]
 
 Protocol (``docs/results/protocol/README.md`` states it with the figures):
 
@@ -46,6 +47,13 @@ small results (``results.json``, the training curve) are copied into ``OUT/runs/
 layout), the report in ``OUT`` is rewritten from that copy, and with ``--commit`` both are
 committed to the git repository holding ``OUT`` (those paths only). ``--stage report`` rewrites
 the report from ``OUT/runs`` alone (no run directory needed).
+
+``--rerun PATH,...``: those runs train again (:func:`rerun_prepare`: a path already holding a
+checkpoint in RUNS is kept and resumes; any other is moved to ``RUNS/replaced/``), and as they
+finish their results *replace* the record's in ``OUT/runs`` (the first results stay in git
+history). For a two-phase network whose streams landed from a machine that is gone, with their
+small results but without the final checkpoint that phase 1 needs; decide the replacement
+before the runs (``launch/protocol_window.sh``'s ``RERUN`` brings them back apart instead).
 
 ``--seeds-in-one``: single-stream families run a (dataset, family, N_t) group of seeds as one
 ``python -m invjax.main --config.seeds=(0,1,...)`` invocation with workdir ``.../n<N_t>``,
@@ -541,23 +549,65 @@ def curve(run_dir: str) -> dict:
     return out
 
 
-def sync(runs_dir: str, mirror: str) -> int:
+def sync(runs_dir: str, mirror: str, replace: Sequence[str] = ()) -> int:
     """Copy every finished run's ``results.json`` and its curve (``curve.json``) from
-    ``runs_dir`` into ``mirror`` (same relative paths); returns how many were new."""
+    ``runs_dir`` into ``mirror`` (same relative paths); returns how many were new.
+
+    A run the mirror already holds is left as it is, except under a path of ``replace``
+    (:func:`rerun_prepare`): there a run trained in ``runs_dir`` (it has its checkpoints) whose
+    results differ from the mirror's replaces them, and counts as new."""
     new = 0
     for root, dirs, files in os.walk(runs_dir):
         dirs[:] = [d for d in dirs if d not in ("checkpoints", "xla_cache", "tensorboard")]
+        if root == runs_dir:  # what --rerun moved aside is not a run of the study any more
+            dirs[:] = [d for d in dirs if d != "replaced"]
         if "results.json" not in files:
             continue
-        dst = os.path.join(mirror, os.path.relpath(root, runs_dir))
+        rel = os.path.relpath(root, runs_dir)
+        dst = os.path.join(mirror, rel)
         if os.path.isfile(os.path.join(dst, "results.json")):
-            continue
+            under = any(rel == r or rel.startswith(r.rstrip("/") + "/") for r in replace)
+            here = os.path.isdir(os.path.join(root, "checkpoints"))
+            if not (under and here) or _same_file(root, dst, "results.json"):
+                continue
         os.makedirs(dst, exist_ok=True)
         with open(os.path.join(dst, "curve.json"), "w") as f:
             json.dump(curve(root), f)
         shutil.copyfile(os.path.join(root, "results.json"), os.path.join(dst, "results.json"))
         new += 1
     return new
+
+
+def _same_file(a_dir: str, b_dir: str, name: str) -> bool:
+    with open(os.path.join(a_dir, name), "rb") as a, open(os.path.join(b_dir, name), "rb") as b:
+        return a.read() == b.read()
+
+
+def rerun_prepare(runs_dir: str, paths: Sequence[str], dry_run: bool = False) -> list[str]:
+    """Make the runs under ``paths`` (relative to ``runs_dir``) train again: a run that landed on
+    another machine has its small results here (copied from the record) but not the final
+    checkpoint that a two-phase network's phase 1 needs. A path under which ``runs_dir`` holds a
+    checkpoint (trained here, finished or not) is kept, so the same command resumes it; any
+    other is moved to ``runs_dir/replaced/<path>`` (nothing is deleted). Returns a line per
+    path. :func:`sync` then lets the retrained results replace the record's."""
+    lines = []
+    for path in paths:
+        src = os.path.join(runs_dir, path)
+        has_ckpt = any("checkpoints" in dirs for _, dirs, _ in os.walk(src))
+        if has_ckpt:
+            lines.append(f"{path}: kept (it has checkpoints here)")
+        elif not os.path.isdir(src):
+            lines.append(f"{path}: not here: it trains")
+        elif dry_run:
+            lines.append(f"{path}: would move to replaced/{path} and train again")
+        else:
+            dst = os.path.join(runs_dir, "replaced", path)
+            if os.path.exists(dst):
+                dst += time.strftime("-%Y%m%d-%H%M%S")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.move(src, dst)
+            lines.append(f"{path}: moved to {os.path.relpath(dst, runs_dir)}: it trains again")
+    return lines
 
 
 def _load(path: str) -> dict | None:
@@ -957,6 +1007,12 @@ def parse(argv: Sequence[str] | None):
     p.add_argument("--commit", action="store_true", help="commit OUT after every group")
     p.add_argument("--seeds-in-one", action="store_true", help="K seeds per invocation")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    p.add_argument(
+        "--rerun",
+        default="",
+        help="run paths under --runs-dir (main/DATASET/FAMILY/LABEL, comma-separated) to train "
+        "again; their results replace the record's",
+    )
     args = p.parse_args(argv)
     try:
         args.datasets = _names(args.datasets, DATASETS, "--datasets")
@@ -975,6 +1031,15 @@ def parse(argv: Sequence[str] | None):
                 )
         if args.width_divisor < 1:
             raise ValueError(f"--width-divisor={args.width_divisor} is invalid: it must be >= 1")
+        args.rerun = tuple(x.strip().rstrip("/") for x in args.rerun.split(",") if x.strip())
+        for path in args.rerun:
+            parts = path.split("/")
+            if os.path.isabs(path) or ".." in parts or parts[0] != "main" or len(parts) < 2:
+                raise ValueError(
+                    f"--rerun: {path!r} is invalid: give main runs' paths relative to "
+                    "--runs-dir (e.g. main/scaled_digits/e2_ii/nall_e300; a tuning run's first "
+                    "result fixes a choice and is not replaced)"
+                )
         if args.budget_minutes < 0:
             raise ValueError(f"--budget-minutes={args.budget_minutes} is invalid: it must be >= 0")
         if args.stage not in ("report",) and not args.dry_run:
@@ -1180,12 +1245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     mirror = os.path.join(args.out, "runs")
     # The record (OUT/runs, in git) first: a run trained again later, e.g. on another machine to
     # regain its checkpoint for a two-phase network's phase 1, does not move a choice that its
-    # first landing made (sync never overwrites the record either).
+    # first landing made (sync never overwrites the record either, but for --rerun's main runs).
     roots = (mirror, args.runs_dir)
     landed = [0]
 
     def after(final: bool = False) -> None:
-        new = sync(args.runs_dir, mirror)
+        new = sync(args.runs_dir, mirror, args.rerun)
         landed[0] += new
         # the tables after every run, the figures every FIGURES_EVERY runs and at the end (each
         # commit of all PNGs would grow the history by ~1 MB)
@@ -1195,11 +1260,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.stage == "report":  # copy what landed (if the runs are here), then the report
         if os.path.isdir(args.runs_dir):
-            print(f"protocol: {sync(args.runs_dir, mirror)} new run(s) copied", flush=True)
+            new = sync(args.runs_dir, mirror, args.rerun)
+            print(f"protocol: {new} new run(s) copied", flush=True)
         write_report(args)
         if args.commit:
             commit(args.out, "docs/results/protocol: the runs landed so far")
         return 0
+    for line in rerun_prepare(args.runs_dir, args.rerun, args.dry_run):
+        print(f"protocol: --rerun {line}", flush=True)
     # one compilation cache for the whole study (as launch/study.py)
     os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(args.runs_dir, "xla_cache"))
     status = 0

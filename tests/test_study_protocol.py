@@ -290,6 +290,58 @@ def test_a_signal_stops_the_protocol_after_the_runs_saved(tmp_path, monkeypatch,
     assert calls[0][0].experiment == "wrn_std"
 
 
+def test_rerun_trains_a_landed_run_again_and_its_results_replace_the_record(tmp_path, capsys):
+    """``--rerun``: a stream run that landed from a machine that is gone (small results, no
+    checkpoint) is moved aside, nothing deleted; once retrained here its results replace the
+    record's, and only those; a path that has checkpoints here is kept (the command resumes)."""
+    runs_dir, mirror = tmp_path / "runs", tmp_path / "out" / "runs"
+    path = "main/scaled_digits/e2_ii/nall_e300"
+    for seed in (0, 1):  # the record, and its copy in the run directory (no checkpoints)
+        _fake_run(mirror / path / f"seed_{seed}", 2.0 + seed)
+        _fake_run(runs_dir / path / f"seed_{seed}", 2.0 + seed)
+    kept = "main/scaled_digits/wrn_std/nall_e300"
+    _fake_run(runs_dir / kept / "seed_0", 1.5)
+    (runs_dir / kept / "seed_0" / "checkpoints" / "5100").mkdir(parents=True)
+    assert P["rerun_prepare"](str(runs_dir), [path, kept], dry_run=True) == [
+        f"{path}: would move to replaced/{path} and train again",
+        f"{kept}: kept (it has checkpoints here)",
+    ]
+    assert (runs_dir / path / "seed_0" / "results.json").is_file()  # a dry run moves nothing
+    lines = P["rerun_prepare"](str(runs_dir), [path, kept])
+    assert lines[0] == f"{path}: moved to replaced/{path}: it trains again"
+    assert not (runs_dir / path).exists()
+    assert (runs_dir / "replaced" / path / "seed_1" / "results.json").is_file()
+    assert (runs_dir / kept / "seed_0" / "results.json").is_file()
+    # seed 0 trained again here (with its checkpoints); seed 1 not yet
+    _fake_run(runs_dir / path / "seed_0", 2.7)
+    (runs_dir / path / "seed_0" / "checkpoints").mkdir()
+    record = mirror / path / "seed_0" / "results.json"
+    # without --rerun the record stays; the kept run is new to it, what was moved aside is not
+    assert P["sync"](str(runs_dir), str(mirror)) == 1
+    assert json.loads(record.read_text())["test_error"] == 2.0
+    assert sorted(os.listdir(mirror)) == ["main"]
+    assert P["sync"](str(runs_dir), str(mirror), [path]) == 1
+    assert json.loads(record.read_text())["test_error"] == 2.7
+    assert json.loads((mirror / path / "seed_1" / "results.json").read_text())["test_error"] == 3
+    assert P["sync"](str(runs_dir), str(mirror), [path]) == 0  # replaced once
+    # a finished run with checkpoints under a path not named is never replaced
+    (mirror / kept / "seed_0" / "results.json").write_text(json.dumps({"test_error": 1.9}))
+    assert P["sync"](str(runs_dir), str(mirror), [path]) == 0
+    assert json.loads((mirror / kept / "seed_0" / "results.json").read_text())["test_error"] == 1.9
+    # a second preparation keeps the path now that it has checkpoints
+    assert P["rerun_prepare"](str(runs_dir), [path]) == [f"{path}: kept (it has checkpoints here)"]
+
+
+@pytest.mark.parametrize(
+    "value", ["/work/runs/main/x", "main/../tune/x", "tune/scaled_digits/e2_ii/lr_x1", "main"]
+)
+def test_rerun_refuses_paths_outside_the_main_runs(value, capsys):
+    with pytest.raises(SystemExit) as e:
+        P["parse"](["--dry-run", "--rerun", value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--rerun: {value!r} is invalid" in err
+
+
 def test_sync_copies_small_results_once_and_report_gives_verdicts(tmp_path):
     runs_dir, out = tmp_path / "runs", tmp_path / "out"
     # e2_ii better than e2_pool by 2-3 points on all six realisations at N_t = 20
