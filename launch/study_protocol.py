@@ -1266,8 +1266,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.commit:
             commit(args.out, "docs/results/protocol: the runs landed so far")
         return 0
-    for line in rerun_prepare(args.runs_dir, args.rerun, args.dry_run):
+    lines = rerun_prepare(args.runs_dir, args.rerun, args.dry_run)
+    for line in lines:
         print(f"protocol: --rerun {line}", flush=True)
+    # a dry run moves nothing, but lists what --rerun would train again as left to run
+    moving = [
+        os.path.join(args.runs_dir, path)
+        for path, line in zip(args.rerun, lines, strict=True)
+        if "would move" in line
+    ]
     # one compilation cache for the whole study (as launch/study.py)
     os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(args.runs_dir, "xla_cache"))
     status = 0
@@ -1279,7 +1286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.runs_dir, dataset, args.families, args.rule, chosen
                 )
                 if args.dry_run:
-                    _print(runs, svms)
+                    _print(runs, svms, moving)
                     break
                 _svms(svms, args, after)
                 code = _run_groups(runs, args, after)
@@ -1303,7 +1310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"protocol: error: {e}", file=sys.stderr)
                     return 2
             if args.dry_run:
-                _print(runs, svms)
+                _print(runs, svms, moving)
                 continue
             _svms(svms, args, after)
             code = _run_groups(runs, args, after)
@@ -1322,12 +1329,14 @@ def _stopped(code: int, after, landed: list) -> int:
     return code
 
 
-def _print(runs, svms) -> None:
+def _print(runs, svms, moving: Sequence[str] = ()) -> None:
     """``--dry-run``: every planned command, the finished ones marked (a run of several seeds is
-    finished when all its models are), then how many are left to train."""
+    finished when all its models are; one under a path of ``moving``, which ``--rerun`` would
+    move aside, is not), then how many are left to train."""
     left = 0
     for r in runs:
-        done = sweep["finished"](r)
+        under = any(r.workdir == m or r.workdir.startswith(m + os.sep) for m in moving)
+        done = sweep["finished"](r) and not under
         left += not done
         print(("# finished: " if done else "") + r.command("python"))
     for p in svms:

@@ -332,6 +332,19 @@ def test_rerun_trains_a_landed_run_again_and_its_results_replace_the_record(tmp_
     assert P["rerun_prepare"](str(runs_dir), [path]) == [f"{path}: kept (it has checkpoints here)"]
 
 
+def test_a_dry_run_lists_what_rerun_would_train_again_as_left(tmp_path, capsys):
+    runs, _, _ = P["plan_main"](
+        str(tmp_path), "scaled_digits", ["wrn_std", "e2_ii"], [20], [0], RULE, _all_chosen()
+    )
+    for r in runs:
+        _fake_run(pathlib.Path(r.workdir), 3.0)
+    e2 = next(r for r in runs if r.experiment == "e2_ii")
+    P["_print"](runs, [], [os.path.dirname(e2.workdir)])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "# 1 of 2 commands left to run"
+    assert [line.startswith("# finished") for line in out[:-1]] == [r is not e2 for r in runs]
+
+
 @pytest.mark.parametrize(
     "value", ["/work/runs/main/x", "main/../tune/x", "tune/scaled_digits/e2_ii/lr_x1", "main"]
 )
