@@ -1091,6 +1091,7 @@ def write_report(args, figures: bool = True) -> None:
         f"(tuning: {tune_rule(args.rule).min_epochs} epochs).",
         "",
     ]
+    top = len(text)  # the verdicts at a glance go here, before the tuning
     tuning = {}
     for dataset in datasets:
         results = {
@@ -1130,6 +1131,21 @@ def write_report(args, figures: bool = True) -> None:
     claims = claims_table(errors, need, args.test, args.holm_family)
     other = with_other_holm(claims, errors, need, args.test, args.holm_family)
     with_planned_holm(claims, args.holm_family)
+    sizes = [N_ALL if n == 0 else n for n in SIZES]
+    glance = [(d, report["verdict_matrix"](claims, d, CLAIMS, sizes, need)) for d in datasets]
+    if claims:
+        at_a_glance = [
+            "## Verdicts at a glance",
+            "",
+            "Mean paired difference (first - second, points; negative = the claim's direction) "
+            f"per claim and N_t; **S** supported, **C** contradicted after Holm over "
+            f"{HOLM_FAMILIES[args.holm_family]}, nothing for inconclusive; `-`: not yet run. "
+            "The claims tables below give each comparison's interval and p-values.",
+            "",
+        ]
+        for dataset, matrix in glance:
+            at_a_glance += [f"{dataset}:", "", matrix, ""]
+        text[top:top] = at_a_glance
     for dataset in datasets:
         table = report["results_table"](errors, dataset, fams, need)
         if not table:

@@ -139,6 +139,38 @@ def claims_markdown(records: Sequence[dict], dataset: str) -> str:
     return "\n".join(lines)
 
 
+def verdict_matrix(
+    records: Sequence[dict], dataset: str, claims: Sequence[tuple], sizes: Sequence[int], need: int
+) -> str:
+    """Every claim of ``dataset`` (rows, in ``claims``' order: ``(claim, better, worse,
+    datasets)``) at every N_t of ``sizes`` and any other that landed (columns): the mean paired
+    difference in points and the verdict, **S** supported, **C** contradicted, nothing for
+    inconclusive; ``pending k/need`` while a comparison lacks realisations, ``-`` where it has
+    no runs yet. One line a claim, so that a reader sees the whole study at once."""
+    rows = [c for c in claims if dataset in c[3]]
+    if not rows:
+        return ""
+    by = {(r["claim"], r["n_train"]): r for r in records if r["dataset"] == dataset}
+    ns = sorted(set(sizes) | {n for _, n in by})
+    lines = [
+        "| claim | " + " | ".join(f"N_t = {n}" for n in ns) + " |",
+        "|---|" + "---|" * len(ns),
+    ]
+    mark = {"supported": " **S**", "contradicted": " **C**"}
+    for claim, better, worse, _ in rows:
+        cells = []
+        for n in ns:
+            r = by.get((claim, n))
+            if r is None:
+                cells.append("-")
+            elif r["verdict"] == "pending":
+                cells.append(f"pending {r['n']}/{need}")
+            else:
+                cells.append(f"{r['diff_mean']:+.2f}{mark.get(r['verdict'], '')}")
+        lines.append(f"| {claim} (`{better}` - `{worse}`) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot_errors(
     errors: dict, out: str, families: Sequence[str], controls: Sequence[str] = ()
 ) -> list[str]:

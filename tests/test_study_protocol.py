@@ -476,6 +476,34 @@ def test_a_p_value_near_the_level_keeps_the_digit_that_decides_it(p, shown):
     assert P["report"]["_p"](p) == shown
 
 
+def test_verdicts_at_a_glance_give_every_claim_at_every_n_t_once():
+    claims = (
+        ("A beats B", "a", "b", ("scaled_digits", "rotscaled_digits")),
+        ("C beats D", "c", "d", ("rotscaled_digits",)),  # not a claim on the scaled digits
+        ("E beats F", "e", "f", ("scaled_digits",)),
+    )
+
+    def rec(claim, n, diff, verdict, k=6, dataset="scaled_digits"):
+        keys = ("claim", "dataset", "n_train", "n", "diff_mean", "verdict")
+        return dict(zip(keys, (claim, dataset, n, k, diff, verdict), strict=True))
+
+    recs = [
+        rec("A beats B", 20, -3.0, "supported"),
+        rec("A beats B", 1079, 2.5, "contradicted"),
+        rec("E beats F", 20, -0.4, "inconclusive"),
+        rec("E beats F", 50, 1.0, "pending", k=4),
+        rec("A beats B", 50, 9.0, "supported", dataset="rotscaled_digits"),
+    ]
+    md = P["report"]["verdict_matrix"](recs, "scaled_digits", claims, [20, 50, 1079], 6)
+    assert md.splitlines() == [
+        "| claim | N_t = 20 | N_t = 50 | N_t = 1079 |",
+        "|---|---|---|---|",
+        "| A beats B (`a` - `b`) | -3.00 **S** | - | +2.50 **C** |",
+        "| E beats F (`e` - `f`) | -0.40 | pending 4/6 | - |",
+    ]
+    assert P["report"]["verdict_matrix"](recs, "scaled_digits", claims[1:2], [20], 6) == ""
+
+
 def test_report_gives_each_verdict_under_the_other_holm_family_too(tmp_path):
     """Two claims at p = 0.048 each: supported when Holm corrects per claim, not when it
     corrects over both; the report keeps the primary verdicts and lists the two that move."""
