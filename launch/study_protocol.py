@@ -583,31 +583,35 @@ def _same_file(a_dir: str, b_dir: str, name: str) -> bool:
         return a.read() == b.read()
 
 
-def rerun_prepare(runs_dir: str, paths: Sequence[str], dry_run: bool = False) -> list[str]:
+def rerun_prepare(
+    runs_dir: str, paths: Sequence[str], dry_run: bool = False
+) -> list[tuple[str, bool]]:
     """Make the runs under ``paths`` (relative to ``runs_dir``) train again: a run that landed on
     another machine has its small results here (copied from the record) but not the final
     checkpoint that a two-phase network's phase 1 needs. A path under which ``runs_dir`` holds a
     checkpoint (trained here, finished or not) is kept, so the same command resumes it; any
-    other is moved to ``runs_dir/replaced/<path>`` (nothing is deleted). Returns a line per
-    path. :func:`sync` then lets the retrained results replace the record's."""
-    lines = []
+    other is moved to ``runs_dir/replaced/<path>`` (nothing is deleted). Returns per path a
+    line to print and whether its finished runs were moved aside (with ``dry_run``: would be).
+    :func:`sync` then lets the retrained results replace the record's."""
+    out = []
     for path in paths:
         src = os.path.join(runs_dir, path)
-        has_ckpt = any("checkpoints" in dirs for _, dirs, _ in os.walk(src))
-        if has_ckpt:
-            lines.append(f"{path}: kept (it has checkpoints here)")
+        if any("checkpoints" in dirs for _, dirs, _ in os.walk(src)):
+            out.append((f"{path}: kept (it has checkpoints here)", False))
         elif not os.path.isdir(src):
-            lines.append(f"{path}: not here: it trains")
+            out.append((f"{path}: not here: it trains", False))
         elif dry_run:
-            lines.append(f"{path}: would move to replaced/{path} and train again")
+            out.append((f"{path}: would move to replaced/{path} and train again", True))
         else:
             dst = os.path.join(runs_dir, "replaced", path)
             if os.path.exists(dst):
                 dst += time.strftime("-%Y%m%d-%H%M%S")
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.move(src, dst)
-            lines.append(f"{path}: moved to {os.path.relpath(dst, runs_dir)}: it trains again")
-    return lines
+            out.append(
+                (f"{path}: moved to {os.path.relpath(dst, runs_dir)}: it trains again", True)
+            )
+    return out
 
 
 def _load(path: str) -> dict | None:
@@ -1282,14 +1286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.commit:
             commit(args.out, "docs/results/protocol: the runs landed so far")
         return 0
-    lines = rerun_prepare(args.runs_dir, args.rerun, args.dry_run)
-    for line in lines:
+    prepared = rerun_prepare(args.runs_dir, args.rerun, args.dry_run)
+    for line, _ in prepared:
         print(f"protocol: --rerun {line}", flush=True)
     # a dry run moves nothing, but lists what --rerun would train again as left to run
     moving = [
         os.path.join(args.runs_dir, path)
-        for path, line in zip(args.rerun, lines, strict=True)
-        if "would move" in line
+        for path, (_, moved) in zip(args.rerun, prepared, strict=True)
+        if moved and args.dry_run
     ]
     # one compilation cache for the whole study (as launch/study.py)
     os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(args.runs_dir, "xla_cache"))

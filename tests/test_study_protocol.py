@@ -303,12 +303,12 @@ def test_rerun_trains_a_landed_run_again_and_its_results_replace_the_record(tmp_
     _fake_run(runs_dir / kept / "seed_0", 1.5)
     (runs_dir / kept / "seed_0" / "checkpoints" / "5100").mkdir(parents=True)
     assert P["rerun_prepare"](str(runs_dir), [path, kept], dry_run=True) == [
-        f"{path}: would move to replaced/{path} and train again",
-        f"{kept}: kept (it has checkpoints here)",
+        (f"{path}: would move to replaced/{path} and train again", True),
+        (f"{kept}: kept (it has checkpoints here)", False),
     ]
     assert (runs_dir / path / "seed_0" / "results.json").is_file()  # a dry run moves nothing
-    lines = P["rerun_prepare"](str(runs_dir), [path, kept])
-    assert lines[0] == f"{path}: moved to replaced/{path}: it trains again"
+    done = P["rerun_prepare"](str(runs_dir), [path, kept])
+    assert done[0] == (f"{path}: moved to replaced/{path}: it trains again", True)
     assert not (runs_dir / path).exists()
     assert (runs_dir / "replaced" / path / "seed_1" / "results.json").is_file()
     assert (runs_dir / kept / "seed_0" / "results.json").is_file()
@@ -329,7 +329,9 @@ def test_rerun_trains_a_landed_run_again_and_its_results_replace_the_record(tmp_
     assert P["sync"](str(runs_dir), str(mirror), [path]) == 0
     assert json.loads((mirror / kept / "seed_0" / "results.json").read_text())["test_error"] == 1.9
     # a second preparation keeps the path now that it has checkpoints
-    assert P["rerun_prepare"](str(runs_dir), [path]) == [f"{path}: kept (it has checkpoints here)"]
+    assert P["rerun_prepare"](str(runs_dir), [path]) == [
+        (f"{path}: kept (it has checkpoints here)", False)
+    ]
 
 
 def test_a_dry_run_lists_what_rerun_would_train_again_as_left(tmp_path, capsys):
