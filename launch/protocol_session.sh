@@ -24,6 +24,7 @@
 #   partial.tar (or partial.tar.aa, .ab, ... in pieces of 15 MiB when larger): per window
 #     <name>/protocol_partial.tgz, the unfinished runs' latest checkpoints and those that
 #     PACK_FINISHED named (cat partial.tar* | tar x, then unpack each into its run directory).
+#   launch/protocol_land.sh OUT RUNS [--replace] lands all of them on the machine that goes on.
 set -uo pipefail
 out=${1:?usage: bash launch/protocol_session.sh OUT 'NAME SETTING=value ...' ...}
 shift

@@ -1,7 +1,8 @@
 """launch/protocol_window.sh: RERUN trains recorded runs again without touching the record,
 SIZE_GROUPS set empty tunes only, PACK_FINISHED brings finished runs' checkpoints, bad RERUN,
 the retrained runs come back apart;
-launch/protocol_session.sh: windows side by side, packed into what a lent machine sends back."""
+launch/protocol_session.sh: windows side by side, packed into what a lent machine sends back;
+launch/protocol_land.sh: what came back lands in the record and the run directory."""
 
 from __future__ import annotations
 
@@ -153,3 +154,71 @@ def test_a_session_with_a_malformed_window_starts_none(tmp_path):
     assert proc.returncode == 2
     assert "window B: 'datasets' is not a NAME=value setting" in proc.stderr
     assert not (tmp_path / "pA").exists() and not (tmp_path / "out").exists()
+
+
+LAND = REPO / "launch" / "protocol_land.sh"
+
+
+def _session_out(tmp_path, rel=("runs",)):
+    """What protocol_session.sh brings back: landed.tgz (./runs/...), rerun.tgz (runs/...) and
+    partial.tar in two pieces holding window S's protocol_partial.tgz."""
+    out, src = tmp_path / "session", tmp_path / "src"
+    for name, runs in (
+        ("landed", {RUN: 1.0, "main/scaled_digits/cnn/n20/seed_0": 2.0}),
+        ("rerun", {RUN: 5.0}),
+    ):
+        for run, err in runs.items():
+            d = src / name / pathlib.Path(*rel) / run
+            d.mkdir(parents=True)
+            (d / "results.json").write_text(json.dumps({"test_error": err}))
+    out.mkdir()
+    with tarfile.open(out / "landed.tgz", "w:gz") as t:
+        t.add(src / "landed" / rel[0], arcname=f"./{rel[0]}")
+    with tarfile.open(out / "rerun.tgz", "w:gz") as t:
+        t.add(src / "rerun" / rel[0], arcname=rel[0])
+    ckpt = src / "partial" / "main/scaled_digits/scale_iiws_disco/nall_e300/seed_0/checkpoints/510"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state").write_bytes(os.urandom(40_000))  # incompressible: the pieces are not empty
+    (src / "w" / "S").mkdir(parents=True)
+    with tarfile.open(src / "w" / "S" / "protocol_partial.tgz", "w:gz") as t:
+        t.add(src / "partial" / "main", arcname="main")
+    with tarfile.open(src / "partial.tar", "w") as t:
+        t.add(src / "w" / "S", arcname="S")
+    data = (src / "partial.tar").read_bytes()
+    (out / "partial.tar.aa").write_bytes(data[: len(data) // 2])
+    (out / "partial.tar.ab").write_bytes(data[len(data) // 2 :])
+    return out
+
+
+def test_landing_a_session_keeps_the_record_unless_replace_and_resumes_the_partial_runs(tmp_path):
+    out, record, runs = _session_out(tmp_path), tmp_path / "record", tmp_path / "runs"
+    _record(record)
+    proc = _bash(LAND, out, runs, RECORD=str(record))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 of 2 landed runs are new" in proc.stdout
+    assert "1 retrained runs in rerun.tgz left out (--replace lands them)" in proc.stdout
+    # the record's first result stays; the new run landed; the partial run is in RUNS
+    assert json.loads((record / "runs" / RUN / "results.json").read_text()) == {"test_error": 9.0}
+    assert (record / "runs" / "main/scaled_digits/cnn/n20/seed_0/results.json").is_file()
+    state = runs / "main/scaled_digits/scale_iiws_disco/nall_e300/seed_0/checkpoints/510/state"
+    assert state.stat().st_size == 40_000
+    proc = _bash(LAND, out, runs, "--replace", RECORD=str(record))
+    assert proc.returncode == 0 and "1 retrained runs replace the record's" in proc.stdout
+    assert json.loads((record / "runs" / RUN / "results.json").read_text()) == {"test_error": 5.0}
+
+
+def test_landing_refuses_bad_input_before_unpacking_anything(tmp_path):
+    record, runs = tmp_path / "record", tmp_path / "runs"
+    _record(record)
+    proc = _bash(LAND, tmp_path, runs, RECORD=str(record))
+    assert proc.returncode == 2 and f"{tmp_path}/landed.tgz is missing" in proc.stderr
+    out = _session_out(tmp_path)
+    proc = _bash(LAND, out, runs, "--force", RECORD=str(record))
+    assert proc.returncode == 2 and "'--force' is invalid" in proc.stderr
+    bad = _session_out(tmp_path / "bad", rel=("elsewhere",))
+    proc = _bash(LAND, bad, runs, RECORD=str(record))
+    assert proc.returncode == 2 and "holds paths outside runs/" in proc.stderr
+    assert not runs.exists()  # nothing unpacked
+    assert sorted(p.name for p in (record / "runs" / "main" / "scaled_digits").iterdir()) == [
+        "wrn_std"
+    ]
