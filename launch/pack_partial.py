@@ -4,8 +4,8 @@
 
 For each run without ``results.json`` (finished runs are skipped: their small results are
 copied elsewhere, launch/study_protocol.py's ``sync``): its files, but of its checkpoints only
-the latest step (and that step's manifest), and no TensorBoard events or compilation cache, so
-that the archive stays small. Unpacked into the same run directory elsewhere
+the latest step (and that step's manifest), and no TensorBoard events, compilation cache or
+runs that ``--rerun`` moved aside (``replaced/``), so that the archive stays small. Unpacked into the same run directory elsewhere
 (``tar xzf ARCHIVE.tgz -C RUNS_DIR``), the same protocol command resumes those runs.
 
 ``--finished GLOB`` (repeatable): the finished runs whose path relative to RUNS_DIR matches GLOB
@@ -23,7 +23,7 @@ import re
 import sys
 import tarfile
 
-SKIP_DIRS = ("xla_cache", "tensorboard")
+SKIP_DIRS = ("xla_cache", "tensorboard", "replaced")  # replaced: what --rerun moved aside
 
 
 def _steps(checkpoints: str) -> list[int]:

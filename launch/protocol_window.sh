@@ -24,12 +24,13 @@
 #   of several windows stay inside what a lent machine sends back) and protocol_partial.tgz
 #   (the unfinished runs' latest checkpoints, to resume elsewhere with
 #   the same command: unpack into the run directory), each log beside them.
-# - RERUN (run paths relative to the run directory, separated by spaces or commas) are removed
-#   after that copy, so that they train again: a run that landed on a machine given back has its
-#   small results in git but no checkpoint, which a two-phase network needs of its phase-1
-#   streams. A path under which the run directory already holds a checkpoint (trained here by
-#   an earlier call, finished or not) is kept, so the same command can be given again on a warm
-#   machine and resumes instead of starting over. Their recorded results stay the record
+# - RERUN (run paths relative to the run directory, separated by spaces or commas) are moved to
+#   RUNS/replaced after that copy, so that they train again: a run that landed on a machine given
+#   back has its small results in git but no checkpoint, which a two-phase network needs of its
+#   phase-1 streams. A path under which the run directory already holds a checkpoint (trained
+#   here by an earlier call, finished or not) is kept, so the same command can be given again on
+#   a warm machine and resumes instead of starting over (study_protocol.py's rerun_prepare, the
+#   rule of its --rerun). Their recorded results stay the record
 #   (launch/study_protocol.py reads the choice and the errors from PROTOCOL_OUT/runs; sync never
 #   overwrites it); the retrained ones' small results come back apart, in protocol_rerun.tgz
 #   (runs/<path>/..., as the record holds them), to replace the record's only on purpose:
@@ -54,13 +55,15 @@ read -ra rerun <<<"${rerun_list//,/ }"
 for run in "${rerun[@]}"; do  # all checked before any is removed
   case "$run" in /* | *..*) echo "RERUN: $run must be a path inside the run directory" >&2 && exit 2 ;; esac
 done
-for run in "${rerun[@]}"; do
-  if [ -n "$(find "$runs/$run" -type d -name checkpoints -print -quit 2>/dev/null)" ]; then
-    echo "== $run kept: it has checkpoints here (trained by an earlier call)"
-  else
-    rm -rf "${runs:?}/$run" && echo "== $run removed: it trains again"
-  fi
-done
+if [ ${#rerun[@]} -gt 0 ]; then  # study_protocol's --rerun rule: kept, or moved to RUNS/replaced
+  python3 - "$runs" "${rerun[@]}" <<'PY'
+import runpy, sys
+
+prepare = runpy.run_path("launch/study_protocol.py")["rerun_prepare"]
+for line, _ in prepare(sys.argv[1], sys.argv[2:]):
+    print(f"== {line}")
+PY
+fi
 families=${FAMILIES:-scale_pool_disco,scale_iiws_disco}
 common=(--datasets "${DATASETS:-scaled_digits}" --runs-dir "$runs" --out "$report" ${PROTOCOL_ARGS:-})
 

@@ -54,6 +54,8 @@ def test_finished_runs_matching_a_glob_come_with_their_final_checkpoint(tmp_path
             _touch(done / "checkpoints" / str(step) / "state", str(step))
             _touch(done / "checkpoint_manifests" / f"{step}.json", "{}")
         _touch(done / "tensorboard" / "events")
+    # what --rerun moved aside matches the glob too, but is not a run of the study any more
+    _touch(runs / "replaced" / "main" / "d" / "scale_iiws_disco" / "n20" / "seed_0" / "curve.json")
     dest = tmp_path / "p.tgz"
     assert PACK["main"]([str(runs), str(dest), "--finished", "*/scale_iiws_disco/*"]) == 0
     run = "main/d/scale_iiws_disco/n20/seed_0"

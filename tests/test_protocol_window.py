@@ -48,8 +48,8 @@ def _window(tmp_path, **env):
 
 
 def test_rerun_removes_the_run_but_not_the_record_and_empty_size_groups_only_tune(tmp_path):
-    """RERUN's paths (commas or spaces between them) go from the run directory, the record
-    stays; a path that already holds a checkpoint here (an earlier call's) is kept, so the same
+    """RERUN's paths (commas or spaces between them) are moved aside in the run directory, the
+    record stays; a path that already holds a checkpoint here (an earlier call's) is kept, so the same
     command resumes it on a warm machine."""
     landed = "main/scaled_digits/e2_ii/n20/seed_0"  # in the record only: no checkpoint
     (tmp_path / "out" / "runs" / landed).mkdir(parents=True)
@@ -57,9 +57,10 @@ def test_rerun_removes_the_run_but_not_the_record_and_empty_size_groups_only_tun
     rerun = "main/scaled_digits/e2_ii/n20,main/scaled_digits/wrn_std/n20"
     proc, record, runs = _window(tmp_path, RERUN=rerun, SIZE_GROUPS="")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "main/scaled_digits/e2_ii/n20 removed: it trains again" in proc.stdout
-    assert not (runs / "main" / "scaled_digits" / "e2_ii" / "n20").exists()
-    assert "main/scaled_digits/wrn_std/n20 kept: it has checkpoints here" in proc.stdout
+    e2 = "main/scaled_digits/e2_ii/n20"
+    assert f"== {e2}: moved to replaced/{e2}: it trains again" in proc.stdout
+    assert not (runs / e2).exists() and (runs / "replaced" / landed / "results.json").exists()
+    assert "main/scaled_digits/wrn_std/n20: kept (it has checkpoints here)" in proc.stdout
     assert (runs / RUN / "checkpoints" / "600" / "state").read_text() == "600"
     assert (record / "runs" / landed / "results.json").exists()
     assert json.loads((record / "runs" / RUN / "results.json").read_text()) == {"test_error": 9.0}
