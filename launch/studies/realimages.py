@@ -1,0 +1,454 @@
+"""The real-image study: its plan, fixed before its main runs, and what that plan can detect.
+
+    python -m launch.studies.realimages plan            # claims and power as Markdown
+    python -m launch.studies.realimages plan --json     # the same plan as JSON
+    python -m launch.studies.realimages flops --out docs/results/realimages/flops.json
+    python -m launch.studies.realimages plan --flops docs/results/realimages/flops.json \
+        --cpu-gflops 20 --gpu-tflops 10                # and the budget of every claim
+
+Two families of pre-registered claims, judged on real images (docs/results/realimages/README.md):
+
+* **T** — the paper's Table 2 and Figure 2 networks (CNN, SES-CNN, DISCO with mixed pooling,
+  II-DISCO WS, II-DISCO monomials; ``configs/mnist_*.py``) on Scaled-MNIST built from 10,000 real
+  MNIST digits and on Scaled-Fashion-MNIST (SESN's construction and split);
+* **M** — the multi-stream claim with WRN streams whose II acts on 7x7 maps
+  (``configs/fashion_*.py``) on Fashion-MNIST (horizontal flips keep its labels: the E(2) stream
+  is exactly flip invariant) and on its rotated-and-scaled variant (the E(2) stream is invariant
+  to the four rotations).
+
+Every claim is one two-sided paired t-test over :data:`REALISATIONS` realisations; Holm's
+correction over the whole family of :data:`CLAIMS` at :data:`ALPHA`. This module only states the
+design and evaluates its power and cost; the runs and the report use the study machinery of
+``launch.studies``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+
+from launch.studies import power
+
+ALPHA = 0.05
+REALISATIONS = 10  # paired realisations per arm and N_t: split, subset and seed shared by arms
+POWER = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    name: str  # data.name
+    n_train_max: int  # the largest training set of a realisation
+    n_test: int  # test images of one realisation
+    disagreement: float  # assumed share of test images two arms disagree on (the sd floor)
+    about: str
+
+
+DATASETS = {
+    d.name: d
+    for d in (
+        Dataset(
+            "scaled_mnist_real",
+            5_000,
+            4_000,
+            0.015,
+            "10,000 real MNIST digits, each scaled by s ~ U(0.3, 1); 5k / 1k / 4k split",
+        ),
+        Dataset(
+            "scaled_fashion_mnist",
+            10_000,
+            50_000,
+            0.06,
+            "Fashion-MNIST's 70k, SESN's construction: 10k / 2k / 50k per realisation",
+        ),
+        Dataset(
+            "fashion_mnist",
+            58_000,
+            10_000,
+            0.05,
+            "Fashion-MNIST as published: 60k train (2k held for validation), 10k test",
+        ),
+        Dataset(
+            "rotscaled_fashion_mnist",
+            10_000,
+            50_000,
+            0.08,
+            "Fashion-MNIST rotated by U(0, 360) degrees and scaled by U(0.3, 1); SESN's split",
+        ),
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str
+    config: str  # configs/NAME.py
+    family: str  # "T" or "M"
+    about: str
+
+
+ARMS = {
+    a.name: a
+    for a in (
+        Arm("cnn", "mnist_cnn", "T", "the plain CNN of Table 2"),
+        Arm("ses", "mnist_ses", "T", "SES-CNN, SESN's Hermite type-B basis"),
+        Arm("disco", "mnist_disco", "T", "DISCO, mixed max/average pooling"),
+        Arm("ii_ws", "mnist_ii_disco_ws", "T", "II-DISCO, Scale-II with a weighted sum"),
+        Arm("ii_mono", "mnist_ii_disco_monomials", "T", "II-DISCO, Scale-II with monomials"),
+        Arm("std", "fashion_std", "M", "the standard WRN stream"),
+        Arm("e2", "fashion_e2", "M", "the E(2) stream with E(2)-II"),
+        Arm("scale", "fashion_scale", "M", "the scale stream with Scale-II WS"),
+        Arm("triple", "fashion_triple", "M", "the three streams above and the paper's head"),
+        Arm("triple_std", "fashion_triple_std", "M", "three standard streams, the same head"),
+        Arm("triple_star", "fashion_triple_star", "M", "triple at one stream's size"),
+    )
+}
+STREAMS = ("std", "e2", "scale")  # the streams triple is compared with
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    id: str
+    dataset: str
+    n_train: int
+    better: str  # the arm claimed to have the lower test error
+    worse: str  # "best_stream": the stream with the lowest mean validation error
+    why: str
+    sd_prior: float  # assumed sd of the paired differences [points] for the power table
+
+
+# sd priors: the paper's Table 2 spreads (6 realisations: CNN 0.09, DISCO 0.05, II-DISCO
+# 0.02-0.06 points) combined as if independent, raised to the test-set floor of each dataset
+# (power.test_set_sd) and, for Fashion-MNIST, scaled with its roughly 5x larger error.
+CLAIMS = (
+    Claim("T1", "scaled_mnist_real", 5_000, "ii_ws", "disco", "Table 2: II beats pooling", 0.20),
+    Claim("T2", "scaled_mnist_real", 5_000, "ii_mono", "disco", "Table 2, monomials", 0.20),
+    Claim("T3", "scaled_mnist_real", 100, "ii_ws", "disco", "Figure 2: at small N_t", 1.0),
+    Claim("T4", "scaled_mnist_real", 5_000, "disco", "cnn", "scale equivariance helps", 0.25),
+    Claim("T5", "scaled_fashion_mnist", 10_000, "ii_ws", "disco", "Table 2 on Fashion", 0.35),
+    Claim("T6", "scaled_fashion_mnist", 1_000, "ii_ws", "disco", "Figure 2 on Fashion", 0.8),
+    Claim("M1", "fashion_mnist", 1_000, "triple", "best_stream", "multi-stream gain", 0.6),
+    Claim("M2", "fashion_mnist", 1_000, "triple", "triple_std", "not only ensembling", 0.6),
+    Claim("M3", "fashion_mnist", 1_000, "triple_star", "best_stream", "not only size", 0.6),
+    Claim("M4", "rotscaled_fashion_mnist", 1_000, "triple", "best_stream", "rotated", 0.8),
+    Claim("M5", "rotscaled_fashion_mnist", 1_000, "triple", "triple_std", "rotated", 0.8),
+    Claim("M6", "rotscaled_fashion_mnist", 1_000, "triple_star", "best_stream", "rotated", 0.8),
+)
+
+# Secondary, reported without a test: every arm of a family at every N_t of its dataset.
+N_TRAIN = {
+    "scaled_mnist_real": (10, 50, 100, 500, 1_000, 5_000),
+    "scaled_fashion_mnist": (10, 50, 100, 500, 1_000, 5_000, 10_000),
+    "fashion_mnist": (100, 1_000, 10_000),
+    "rotscaled_fashion_mnist": (100, 1_000, 10_000),
+}
+
+
+def check_plan() -> None:
+    """The plan refers only to what it defines (run by the tests and before any report)."""
+    ids = [c.id for c in CLAIMS]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"claim ids {ids} repeat")
+    for c in CLAIMS:
+        d = DATASETS.get(c.dataset)
+        if d is None:
+            raise ValueError(f"claim {c.id}: unknown dataset {c.dataset!r}")
+        if c.n_train not in N_TRAIN[c.dataset] or c.n_train > d.n_train_max:
+            raise ValueError(f"claim {c.id}: N_t={c.n_train} is not planned for {c.dataset}")
+        for arm in (c.better, c.worse):
+            if arm != "best_stream" and arm not in ARMS:
+                raise ValueError(f"claim {c.id}: unknown arm {arm!r}")
+        fams = {ARMS[a].family for a in (c.better, c.worse) if a in ARMS}
+        if len(fams) != 1:
+            raise ValueError(f"claim {c.id}: compares arms of different families {fams}")
+
+
+def power_rows(realisations: int = REALISATIONS, alpha: float = ALPHA) -> list[dict]:
+    """Per claim: the test-set floor of sd_d, the sd assumed, and the minimum detectable effect
+    (power 0.8) at Holm's first level alpha / m and its last level alpha."""
+    check_plan()
+    m = len(CLAIMS)
+    first, last = power.holm_levels(m, alpha)[0], alpha
+    rows = []
+    for c in CLAIMS:
+        d = DATASETS[c.dataset]
+        floor = power.test_set_sd(d.disagreement, d.n_test)
+        sd = max(c.sd_prior, floor)
+        rows.append(
+            {
+                "claim": c.id,
+                "dataset": c.dataset,
+                "n_train": c.n_train,
+                "comparison": f"{c.better} < {c.worse}",
+                "why": c.why,
+                "sd_floor": floor,
+                "sd_assumed": sd,
+                "mde_first": power.minimum_detectable_effect(sd, realisations, first, POWER),
+                "mde_last": power.minimum_detectable_effect(sd, realisations, last, POWER),
+            }
+        )
+    return rows
+
+
+def epochs_for(n_train: int, epochs: int, batch_size: int, min_steps: int) -> int:
+    """The planned epochs of a run: the recipe's, raised so it takes at least ``min_steps``."""
+    steps_per_epoch = max(1, math.ceil(n_train / min(batch_size, n_train)))
+    return max(epochs, math.ceil(min_steps / steps_per_epoch))
+
+
+# The recipes of the two families (configs/mnist_*.py; configs/fashion_*.py): epochs, batch
+# size, validation every ``eval_every`` epochs, and the fewest optimiser steps of a run. Family T
+# trains as the paper did (60 epochs whatever N_t); family M takes at least 1,500 steps, so that
+# a small training set is not also a short training.
+RECIPES = {"T": (60, 128, 10, 0), "M": (100, 64, 10, 1_500)}
+N_VAL = {"scaled_mnist_real": 1_000, "scaled_fashion_mnist": 2_000}
+N_VAL_DEFAULT = 2_000
+
+
+def config_arg(arm: str, dataset: str) -> str:
+    """The ``--config`` value of ``arm`` on ``dataset`` (fashion configs take ``:rot``)."""
+    a = ARMS[arm]
+    suffix = ":rot" if a.family == "M" and dataset.startswith("rotscaled") else ""
+    return f"configs/{a.config}.py{suffix}"
+
+
+# Phase-1 streams a two-phase arm trains besides the single-stream arms' own runs: the ensembling
+# control's second and third standard streams, and the size control's three narrow streams (widths
+# divided by sqrt(3): about a third of the FLOPs of the full stream).
+PHASE1_EXTRA = {
+    "triple_std": (("std", 1.0), ("std", 1.0)),
+    "triple_star": (("std", 1 / 3), ("e2", 1 / 3), ("scale", 1 / 3)),
+}
+
+
+def run_gflop(arm: str, dataset: str, n_train: int, flops: dict) -> float:
+    """GFLOP of one run: training (at least the family's fewest steps), validation every
+    ``eval_every`` epochs and one pass over the test set. ``flops[config]`` holds the measured
+    ``train`` and ``eval`` GFLOP per image (``flops`` command). A two-phase network counts its
+    head and the streams of :data:`PHASE1_EXTRA`; triple's own streams are the single-stream
+    arms' runs (same data and seed), trained once."""
+    fam = ARMS[arm].family
+    epochs, batch, every, min_steps = RECIPES[fam]
+    epochs = epochs_for(n_train, epochs, batch, min_steps)
+    f = flops[ARMS[arm].config]
+    d = DATASETS[dataset]
+    n_val = N_VAL.get(dataset, N_VAL_DEFAULT)
+    evals = epochs // every + 1
+    total = epochs * n_train * f["train"] + (evals * n_val + d.n_test) * f["eval"]
+    for stream, share in PHASE1_EXTRA.get(arm, ()):
+        total += share * run_gflop(stream, dataset, n_train, flops)
+    return total
+
+
+def arms_of(claim: Claim) -> tuple[str, ...]:
+    """Every arm a claim needs trained (``best_stream`` needs all three streams)."""
+    need = []
+    for a in (claim.better, claim.worse):
+        need += list(STREAMS) if a == "best_stream" else [a]
+    if "triple_std" in need:
+        need.append("std")  # its first slot is the std arm's run
+    return tuple(dict.fromkeys(need))
+
+
+def cpu_rate(flops: dict, config: str, default: float) -> float:
+    """GFLOP/s of ``config``'s training on this machine: measured if the table has it."""
+    f = flops[config]
+    return f["train"] * f["images_per_s"] if f.get("images_per_s") else default
+
+
+def budget_rows(flops: dict, cpu_gflops: float, gpu_tflops: float) -> list[dict]:
+    """Per claim: the runs it adds (arms already trained for an earlier claim at the same
+    dataset and N_t are not counted again), their GFLOP, and hours at the given rates. Where
+    ``flops[config]`` holds a measured ``images_per_s`` (training on this machine), the CPU
+    rate of that config is its measured GFLOP/s instead of ``cpu_gflops``."""
+    seen, rows = set(), []
+    for c in CLAIMS:
+        new = [a for a in arms_of(c) if (a, c.dataset, c.n_train) not in seen]
+        seen |= {(a, c.dataset, c.n_train) for a in new}
+        per_arm = {a: REALISATIONS * run_gflop(a, c.dataset, c.n_train, flops) for a in new}
+        g = sum(per_arm.values())
+        cpu_s = sum(v / cpu_rate(flops, ARMS[a].config, cpu_gflops) for a, v in per_arm.items())
+        rows.append(
+            {
+                "claim": c.id,
+                "runs": REALISATIONS * len(new),
+                "arms": new,
+                "gflop": g,
+                "cpu_hours": cpu_s / 3600,
+                "gpu_hours": g / (gpu_tflops * 1e3) / 3600,
+            }
+        )
+    return rows
+
+
+def _budget_markdown(rows: list[dict], cpu_gflops: float, gpu_tflops: float) -> str:
+    out = [
+        f"Budget on the CPU at each network's measured training rate (else {cpu_gflops:g} "
+        f"GFLOP/s) and on a GPU at an assumed {gpu_tflops:g} TFLOP/s (arms shared between claims "
+        "counted once):",
+        "",
+        "| claim | new runs | arms | PFLOP | CPU hours | GPU hours |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['claim']} | {r['runs']} | {', '.join(r['arms']) or '-'} "
+            f"| {r['gflop'] / 1e6:.2f} | {r['cpu_hours']:.1f} | {r['gpu_hours']:.2f} |"
+        )
+    total = sum(r["gflop"] for r in rows)
+    out.append(
+        f"| all | {sum(r['runs'] for r in rows)} | | {total / 1e6:.2f} "
+        f"| {sum(r['cpu_hours'] for r in rows):.1f} | {total / (gpu_tflops * 1e3) / 3600:.2f} |"
+    )
+    return "\n".join(out)
+
+
+def measure_flops(configs: list[str], time_steps: int = 0, batch: int = 32) -> dict:
+    """Parameters and XLA's count of GFLOP per image of one training step (forward, backward)
+    and of one evaluation forward, for each config (compiled for a batch of 8); with
+    ``time_steps`` also this machine's images/s of the training step at ``batch`` (the median of
+    that many steps after one warm-up step)."""
+    import importlib.util
+    import statistics
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from invjax import models
+
+    out = {}
+    for name in configs:
+        spec = importlib.util.spec_from_file_location(name, f"configs/{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        net = models.build(module.get_config().model)
+        x = jnp.zeros((8, 28, 28, 1), jnp.float32)
+        rngs = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}
+        variables = net.init(rngs, x, train=False)
+
+        def loss(params, x, net=net, variables=variables):
+            logits, _ = net.apply(
+                {**variables, "params": params},
+                x,
+                train=True,
+                rngs={"dropout": jax.random.PRNGKey(2)},
+                mutable=["batch_stats"],
+            )
+            return logits.sum()
+
+        def forward(params, x, net=net, variables=variables):
+            return net.apply({**variables, "params": params}, x, train=False)
+
+        def gflop(fn, variables=variables, x=x):
+            cost = jax.jit(fn).lower(variables["params"], x).compile().cost_analysis()
+            cost = cost[0] if isinstance(cost, list) else cost
+            return float(cost["flops"]) / 8 / 1e9
+
+        out[name] = {
+            "params": int(sum(a.size for a in jax.tree.leaves(variables["params"]))),
+            "train": gflop(jax.value_and_grad(loss)),
+            "eval": gflop(forward),
+        }
+        if time_steps:
+            step = jax.jit(jax.value_and_grad(loss))
+            xb = jnp.zeros((batch, 28, 28, 1), jnp.float32)
+            jax.block_until_ready(step(variables["params"], xb))
+            times = []
+            for _ in range(time_steps):
+                t0 = time.perf_counter()
+                jax.block_until_ready(step(variables["params"], xb))
+                times.append(time.perf_counter() - t0)
+            out[name]["images_per_s"] = batch / statistics.median(times)
+        print(f"{name}: {out[name]}", file=sys.stderr, flush=True)
+    return out
+
+
+def _markdown(rows: list[dict], realisations: int) -> str:
+    m = len(CLAIMS)
+    out = [
+        f"{m} claims, {realisations} realisations each, two-sided paired t-tests, Holm at "
+        f"alpha = {ALPHA} (first level {ALPHA / m:.5f}). Minimum detectable effect (MDE) at power "
+        f"{POWER}, in percentage points of test error:",
+        "",
+        "| claim | dataset | N_t | comparison | sd floor | sd assumed | MDE, Holm first | "
+        "MDE, Holm last |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['claim']} | {r['dataset']} | {r['n_train']} | {r['comparison']} "
+            f"| {r['sd_floor']:.2f} | {r['sd_assumed']:.2f} | {r['mde_first']:.2f} "
+            f"| {r['mde_last']:.2f} |"
+        )
+    out += ["", "MDE / sd_d for other numbers of realisations (Holm first level, last level):", ""]
+    for r in (6, 10, 16, 20):
+        lo = power.minimum_detectable_effect(1.0, r, ALPHA / m, POWER)
+        hi = power.minimum_detectable_effect(1.0, r, ALPHA, POWER)
+        out.append(f"- R = {r}: {lo:.2f} sd_d, {hi:.2f} sd_d")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launch.studies.realimages")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="print the claims, their power and the design")
+    p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    p.add_argument(
+        "--realisations",
+        type=int,
+        default=REALISATIONS,
+        help="pairs per claim (default %(default)s)",
+    )
+    p.add_argument("--flops", help="a JSON of GFLOP per image (the flops command): add the budget")
+    p.add_argument("--cpu-gflops", type=float, default=20.0, help="CPU rate for the budget")
+    p.add_argument("--gpu-tflops", type=float, default=10.0, help="GPU rate for the budget")
+    f = sub.add_parser("flops", help="measure GFLOP per image of every arm's network")
+    f.add_argument("--out", required=True, help="JSON file to write")
+    f.add_argument("--time-steps", type=int, default=0, help="also time this many train steps")
+    f.add_argument("--batch", type=int, default=32, help="batch of the timed steps")
+    args = parser.parse_args(argv)
+    if args.command == "flops":
+        configs = sorted({a.config for a in ARMS.values()})
+        if args.time_steps < 0 or args.batch < 1:
+            parser.error(f"--time-steps={args.time_steps} / --batch={args.batch}: need >= 0 / >= 1")
+        result = measure_flops(configs, args.time_steps, args.batch)
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        return 0
+    if args.realisations < 2:
+        parser.error(f"--realisations={args.realisations} is invalid: a paired test needs >= 2")
+    for name in ("cpu_gflops", "gpu_tflops"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v > 0):
+            parser.error(f"--{name.replace('_', '-')}={v} is invalid: expected a rate > 0")
+    rows = power_rows(args.realisations)
+    budget = None
+    if args.flops:
+        try:
+            with open(args.flops) as fh:
+                flops = json.load(fh)
+        except (OSError, ValueError) as e:
+            parser.error(f"--flops={args.flops}: cannot read a JSON of GFLOP per image ({e})")
+        missing = sorted({a.config for a in ARMS.values()} - set(flops))
+        if missing:
+            parser.error(f"--flops={args.flops} lacks the configs {missing}")
+        budget = budget_rows(flops, args.cpu_gflops, args.gpu_tflops)
+    if args.json:
+        doc = {"alpha": ALPHA, "realisations": args.realisations, "claims": rows}
+        if budget is not None:
+            doc["budget"] = budget
+        print(json.dumps(doc))
+    else:
+        print(_markdown(rows, args.realisations))
+        if budget is not None:
+            print()
+            print(_budget_markdown(budget, args.cpu_gflops, args.gpu_tflops))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The real-image study's plan: its power arithmetic against simulation, and its consistency."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from launch.studies import power, realimages
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _simulated_rejection_rate(delta, sd, n, alpha, trials=40_000, seed=0):
+    from scipy import stats
+
+    rng = np.random.default_rng(seed)
+    d = rng.normal(delta, sd, size=(trials, n))
+    t = d.mean(1) / (d.std(1, ddof=1) / np.sqrt(n))
+    return float(np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, n - 1)))
+
+
+@pytest.mark.parametrize("n, alpha", [(10, 0.05), (10, 0.05 / 12), (6, 0.05)])
+def test_minimum_detectable_effect_is_detected_with_the_planned_power(n, alpha):
+    sd = 0.37
+    mde = power.minimum_detectable_effect(sd, n, alpha, 0.8)
+    rate = _simulated_rejection_rate(mde, sd, n, alpha)
+    # 40,000 trials: the rate's standard error is 0.002.
+    assert abs(rate - 0.8) < 0.01, (mde, rate)
+
+
+def test_power_at_no_effect_is_the_level():
+    assert power.paired_t_power(0.0, 1.0, 10, 0.05) == pytest.approx(0.05, abs=1e-9)
+    rate = _simulated_rejection_rate(0.0, 1.0, 10, 0.05)
+    assert abs(rate - 0.05) < 0.005
+
+
+def test_minimum_detectable_effect_scales_with_sd_and_shrinks_with_pairs():
+    a = power.minimum_detectable_effect(1.0, 10)
+    assert power.minimum_detectable_effect(2.5, 10) == pytest.approx(2.5 * a, rel=1e-6)
+    assert power.minimum_detectable_effect(1.0, 20) < a < power.minimum_detectable_effect(1.0, 6)
+    # The textbook figure: a paired t-test on 10 pairs at alpha 0.05 detects about 1 sd with
+    # power 0.8 (Cohen's tables: d_z = 0.99).
+    assert a == pytest.approx(0.996, abs=0.005)
+
+
+def test_test_set_sd_matches_simulated_disagreements():
+    rng = np.random.default_rng(1)
+    n, q = 4_000, 0.02
+    diffs = []
+    for _ in range(4_000):
+        # Each disagreement is an error of one classifier and not the other, equally likely.
+        disagree = rng.random(n) < q
+        sign = rng.choice([-1, 1], size=n)
+        diffs.append(100.0 * np.sum(disagree * sign) / n)
+    assert np.std(diffs) == pytest.approx(power.test_set_sd(q, n), rel=0.05)
+
+
+def test_holm_levels():
+    assert power.holm_levels(4, 0.05) == pytest.approx([0.0125, 0.05 / 3, 0.025, 0.05])
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: power.minimum_detectable_effect(0.0, 10), "sd_d=0.0"),
+        (lambda: power.minimum_detectable_effect(1.0, 1), "n_pairs=1"),
+        (lambda: power.minimum_detectable_effect(1.0, 10, alpha=1.5), "alpha=1.5"),
+        (lambda: power.minimum_detectable_effect(1.0, 10, power=0.01), "power=0.01"),
+        (lambda: power.minimum_detectable_effect(float("nan"), 10), "sd_d=nan"),
+        (lambda: power.test_set_sd(0.1, 0), "n_test=0"),
+        (lambda: power.holm_levels(0), "m=0"),
+    ],
+)
+def test_bad_arguments_name_the_value(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_the_plan_is_a_small_consistent_family():
+    realimages.check_plan()
+    assert 8 <= len(realimages.CLAIMS) <= 14
+    assert realimages.REALISATIONS >= 10
+    rows = realimages.power_rows()
+    for r in rows:
+        assert r["sd_assumed"] >= r["sd_floor"] > 0
+        assert r["mde_first"] > r["mde_last"] > 0
+
+
+def _load_config(name, variant):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(variant) if variant else module.get_config()
+
+
+def test_every_arm_is_a_config_for_its_datasets():
+    for c in realimages.CLAIMS:
+        for arm in realimages.arms_of(c):
+            path, _, variant = realimages.config_arg(arm, c.dataset).partition(":")
+            name = os.path.basename(path)[: -len(".py")]
+            config = _load_config(name, variant)
+            if realimages.ARMS[arm].family == "M":
+                assert config.data.name == c.dataset, (arm, c.dataset)
+
+
+def test_fashion_streams_integrate_on_seven_by_seven_maps_and_match_the_data():
+    plain, rot = _load_config("fashion_triple", ""), _load_config("fashion_triple", "rot")
+    for config in (plain, rot):
+        for s in config.model.streams.values():
+            assert s.first_stride == 1  # 28 -> 28 -> 14 -> 7: II on 7x7 maps
+    assert plain.model.streams.e2.ii_group == "D1"  # flips keep Fashion-MNIST's labels
+    assert rot.model.streams.e2.ii_group == "C4"  # rotated data: the four rotations
+    with pytest.raises(ValueError, match="'flip'"):
+        _load_config("fashion_std", "flip")
+
+
+def test_budget_counts_shared_arms_once_and_grows_with_the_data():
+    flops = {a.config: {"train": 1.0, "eval": 0.5} for a in realimages.ARMS.values()}
+    rows = realimages.budget_rows(flops, cpu_gflops=10.0, gpu_tflops=1.0)
+    by_id = {r["claim"]: r for r in rows}
+    assert by_id["T1"]["arms"] == ["ii_ws", "disco"]
+    assert by_id["T2"]["arms"] == ["ii_mono"]  # disco at 5k is T1's
+    assert by_id["M2"]["arms"] == ["triple_std"]  # triple and the streams are M1's
+    small = realimages.run_gflop("disco", "scaled_mnist_real", 100, flops)
+    large = realimages.run_gflop("disco", "scaled_mnist_real", 5_000, flops)
+    assert large > small > 0
+    assert realimages.epochs_for(10, 100, 64, 1_500) == 1_500  # one step per epoch
+    assert realimages.epochs_for(1_000, 100, 64, 1_500) == 100  # 16 steps per epoch
+    assert realimages.epochs_for(10, 60, 128, 0) == 60  # the paper's recipe
