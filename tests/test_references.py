@@ -187,11 +187,13 @@ def test_the_collectors_find_what_they_look_for():
     text = '(README, "Contracts", 1) README "Under\n    # faults" # README,\n    # "Configs"'
     found = [(_one_line(m.group("section")), m.group("item")) for m in CITATION.finditer(text)]
     assert found == [("Contracts", "1"), ("Under faults", None), ("Configs", None)]
-    assert [m.group("section") for m in CITATION.finditer("the README's \"Configs\".")] == [
+    assert [m.group("section") for m in CITATION.finditer('the README\'s "Configs".')] == [
         "Configs"
     ]
     assert not list(CITATION.finditer('compile(source, "README.md", "exec")'))
-    paths = [m.group(0) for m in PATH.finditer("see docs/faults.md, `invjax/main.py` runs/docs/x.md")]
+    paths = [
+        m.group(0) for m in PATH.finditer("see docs/faults.md, `invjax/main.py` runs/docs/x.md")
+    ]
     assert paths == ["docs/faults.md", "invjax/main.py"]
     assert path_problems("configs/NAME.py and docs/no_such_page.md.", "t") == [
         "t: docs/no_such_page.md does not exist"
