@@ -13,9 +13,11 @@ this file:
   code or docs: the file exists (templates such as ``configs/NAME.py`` or ``DIR/...`` are not
   paths);
 - a **relative Markdown link** ``[text](target#anchor)`` in ``README.md`` and ``docs/**/*.md``:
-  the target exists relative to the page, and an anchor names a heading of the target.
+  the target exists relative to the page, and an anchor names a heading of the target;
+- a **config key** ``--config.KEY=...`` in ``README.md``, ``docs/*.md`` and the configs' files:
+  ``KEY`` is a key of at least one shipped config (``configs/NAME.py``).
 
-Paths that another change creates are listed in ``PENDING``, and references in files that another
+Paths and keys that another change creates are listed in ``PENDING`` and ``PENDING_KEYS``, and references in files that another
 change rewrites in ``KNOWN_BROKEN``, each with the reason; a test fails once an entry is no longer
 needed, so that it is deleted.
 """
@@ -49,6 +51,10 @@ PENDING: dict[str, str] = {
     "docs/results/digits/README.md": "the digits study's folder, renamed from docs/results/protocol",
     "docs/results/realimages/README.md": "the real-image study's pre-registered plan",
 }
+# Config keys that another change adds.
+PENDING_KEYS: dict[str, str] = {
+    "train.epochs_scale": "one factor for every stage's epochs, added by another change",
+}
 # (file, path it names) -> why it is not fixed in this tree.
 KNOWN_BROKEN: dict[tuple[str, str], str] = {
     ("invjax/training/many.py", "configs/base.py"): "means invjax/configs/base.py; file rewritten",
@@ -69,6 +75,7 @@ PATH = re.compile(
 )
 # Words that make a path a template rather than a file (configs/NAME.py, docs/results/X/...).
 TEMPLATE = re.compile(r"\b(?:NAME|DIR|FILE|OUT|OUTDIR|RUN|X|N)\b|<|\*|\{")
+CONFIG_KEY = re.compile(r"--config\.([a-z_][\w.]*\w)")
 LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)\)")
 
 
@@ -252,3 +259,38 @@ def test_every_help_text_cites_what_exists(command):
     assert "--" in text, text  # it printed a usage, not nothing
     problems = citation_problems(text, " ".join(command)) + path_problems(text, command[1])
     assert not problems, _lines(problems)
+
+
+def config_keys() -> set[str]:
+    """Every key (dotted, sections included) of every shipped config."""
+    import ml_collections
+
+    from invjax import configs
+
+    keys: set[str] = set()
+
+    def walk(section, prefix: str) -> None:
+        for name, value in section.items():
+            keys.add(prefix + name)
+            if isinstance(value, ml_collections.ConfigDict):
+                walk(value, f"{prefix}{name}.")
+
+    for path in sorted((REPO / "configs").glob("*.py")):
+        if path.stem != "__init__":
+            walk(configs.load(str(path)), "")
+    return keys
+
+
+def test_every_config_key_the_readme_docs_and_configs_name_exists():
+    keys = config_keys()
+    assert {"seed", "data.n_train", "train.num_epochs", "model.head"} <= keys
+    pages = [*doc_files(results=False), *sorted((REPO / "configs").glob("*.py"))]
+    problems = [
+        f"{_rel(page)}: --config.{m.group(1)}"
+        for page in pages
+        for m in CONFIG_KEY.finditer(page.read_text())
+        if m.group(1) not in keys and m.group(1) not in PENDING_KEYS
+    ]
+    assert not problems, "config keys that no shipped config has:\n" + _lines(problems)
+    landed = [k for k in PENDING_KEYS if k in keys]
+    assert not landed, f"these keys exist now, delete them from PENDING_KEYS: {landed}"
