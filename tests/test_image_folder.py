@@ -1,5 +1,5 @@
-"""``data.name=image_folder``: your own images in tensorflow-datasets' ImageFolder layout (issue
-20, 5), and the README's example (scikit-learn's digits written as a folder, then trained on)."""
+"""``data.name=image_folder``: your own images in tensorflow-datasets' ImageFolder layout, and
+the README's example (scikit-learn's digits written as a folder, then trained on)."""
 
 from __future__ import annotations
 
