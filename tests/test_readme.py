@@ -123,3 +123,14 @@ def test_the_readme_and_docs_speak_about_the_software_not_how_the_work_was_organ
             if ORGANISATION.search(line):
                 found.append(f"{page.relative_to(REPO)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_the_docs_index_lists_every_page_once():
+    """docs/README.md: one table row per page of docs/, each saying what the page teaches."""
+    index = (REPO / "docs" / "README.md").read_text()
+    rows = re.findall(r"^\| \[([\w/.]+)\]\(([\w/.]+)\) \| (.+) \|$", index, flags=re.M)
+    linked = [target for _, target, _ in rows]
+    pages = sorted(p.name for p in (REPO / "docs").glob("*.md") if p.name != "README.md")
+    assert sorted(t for t in linked if "/" not in t) == pages
+    assert len(linked) == len(set(linked))
+    assert all(len(what.split()) >= 4 for _, _, what in rows)
