@@ -207,3 +207,209 @@ def test_a_size_the_model_cannot_take_names_the_fix(tmp_path, monkeypatch):
     config.model.num_classes = 10  # a config written for the 10 digits
     with pytest.raises(ValueError, match=r"has 2 classes: .*--config.model.num_classes=2"):
         experiment.prepare(config, str(tmp_path / "run"))
+
+
+# --------------------------------------------------------------------------- pixel formats
+
+
+def _png_bytes(width, height, bit_depth, colour_type, rows=None):
+    """A PNG written byte by byte (Pillow writes neither 16-bit colour nor forged headers):
+    ``rows`` the raw scanlines (filter byte 0 added), or a few zero bytes for a forged header."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    raw = b"".join(b"\0" + r for r in rows) if rows is not None else b"\0" * 100
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, colour_type, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _read_file(path):
+    """One file as the folder reads it: ``uint8 [H, W]`` or ``[H, W, 3]``."""
+    from invjax.data import image_folder
+
+    with image_folder._opened(str(path)) as img:
+        return image_folder.to_uint8(img, str(path))
+
+
+def _scaled16(v):
+    return np.rint(np.asarray(v, np.float64) * 255 / 65535).astype(np.uint8)
+
+
+V16 = np.array([[0, 128, 129, 1000], [30000, 35000, 65406, 65535]], np.uint16)
+
+
+def test_every_pixel_format_is_read_by_its_rule(tmp_path):
+    """Real files of each Pillow mode, read back by the folder's rule (module docstring): exact
+    values, 16-bit scaled (not clipped), palette colours, alpha composited on black."""
+    f = lambda name: str(tmp_path / name)  # noqa: E731
+    # 1-bit: 0 / 255.
+    bits = np.array([[0, 1, 1], [1, 0, 0]], bool)
+    Image.fromarray(bits).save(f("bits.png"))
+    assert Image.open(f("bits.png")).mode == "1"
+    assert _read_file(f("bits.png")).tolist() == [[0, 255, 255], [255, 0, 0]]
+    # L and RGB: as stored.
+    grey = np.array([[0, 7, 128], [200, 254, 255]], np.uint8)
+    Image.fromarray(grey).save(f("l.png"))
+    assert _read_file(f("l.png")).tolist() == grey.tolist()
+    # 16-bit greyscale, three byte orders: round(v * 255 / 65535), never 255 for all.
+    Image.fromarray(V16).save(f("i16.png"))
+    assert Image.open(f("i16.png")).mode == "I;16"
+    want = _scaled16(V16)
+    assert want.tolist() == [[0, 0, 1, 4], [117, 136, 254, 255]]
+    assert _read_file(f("i16.png")).tolist() == want.tolist()
+    Image.frombytes("I;16B", (4, 2), V16.astype(">u2").tobytes()).save(f("i16b.tif"))
+    assert Image.open(f("i16b.tif")).mode == "I;16B"
+    assert _read_file(f("i16b.tif")).tolist() == want.tolist()
+    little = Image.frombytes("I;16L", (4, 2), V16.astype("<u2").tobytes())
+    assert image_folder_to_uint8(little).tolist() == want.tolist()
+    # 32-bit integers (TIFF): read as 16-bit; outside 0..65535 refused naming the file.
+    Image.fromarray(V16.astype(np.int32)).save(f("i32.tif"))
+    assert Image.open(f("i32.tif")).mode == "I"
+    assert _read_file(f("i32.tif")).tolist() == want.tolist()
+    Image.fromarray(np.array([[0, 70000]], np.int32)).save(f("i32_big.tif"))
+    with pytest.raises(ValueError, match=r"i32_big\.tif has 32-bit integer pixels .* 0 to 70000"):
+        _read_file(f("i32_big.tif"))
+    # Float (TIFF): [0, 1] -> round(255 v); anything else refused naming the file and range.
+    Image.fromarray(np.array([[0.0, 0.5, 1.0, 0.2]], np.float32)).save(f("f.tif"))
+    assert Image.open(f("f.tif")).mode == "F"
+    assert _read_file(f("f.tif")).tolist() == [[0, 128, 255, 51]]
+    Image.fromarray(np.array([[0.0, 1.5]], np.float32)).save(f("f_big.tif"))
+    with pytest.raises(ValueError, match=r"f_big\.tif has 32-bit float pixels .* from 0 to 1\.5"):
+        _read_file(f("f_big.tif"))
+    Image.fromarray(np.array([[0.0, np.nan]], np.float32)).save(f("f_nan.tif"))
+    with pytest.raises(ValueError, match=r"f_nan\.tif .*NaN or inf"):
+        _read_file(f("f_nan.tif"))
+    # Palette: its colours.
+    pal = Image.new("P", (2, 1))
+    pal.putpalette([0, 0, 0, 200, 100, 50, 10, 20, 30] + [0] * 759)
+    pal.putpixel((0, 0), 1)
+    pal.putpixel((1, 0), 2)
+    pal.save(f("p.png"))
+    assert Image.open(f("p.png")).mode == "P"
+    assert _read_file(f("p.png")).tolist() == [[[200, 100, 50], [10, 20, 30]]]
+    # Alpha: composited on black, round(c * a / 255); opaque pixels as stored.
+    la = np.array([[[200, 128], [200, 255], [200, 0]]], np.uint8)
+    Image.fromarray(la, "LA").save(f("la.png"))
+    assert _read_file(f("la.png")).tolist() == [[100, 200, 0]]  # 200 * 128 / 255 = 100.4
+    rgba = np.array([[[200, 100, 50, 128], [9, 8, 7, 255]]], np.uint8)
+    Image.fromarray(rgba, "RGBA").save(f("rgba.png"))
+    assert _read_file(f("rgba.png")).tolist() == [[[100, 50, 25], [9, 8, 7]]]
+    pa = Image.new("PA", (2, 1))
+    pa.putpalette([0, 0, 0, 200, 100, 50] + [0] * 762)
+    pa.putpixel((0, 0), (1, 128))
+    pa.putpixel((1, 0), (1, 255))
+    pa.save(f("pa.tif"))
+    assert Image.open(f("pa.tif")).mode == "PA"
+    assert _read_file(f("pa.tif")).tolist() == [[[100, 50, 25], [200, 100, 50]]]
+    # A transparent colour (PNG tRNS) of a palette or grey image is alpha 0.
+    pal.save(f("p_trns.png"), transparency=2)
+    assert _read_file(f("p_trns.png")).tolist() == [[[200, 100, 50], [0, 0, 0]]]
+    Image.fromarray(grey).save(f("l_trns.png"), transparency=128)
+    assert _read_file(f("l_trns.png")).tolist() == [[0, 7, 0], [200, 254, 255]]
+    # Premultiplied alpha: composited already.
+    assert image_folder_to_uint8(Image.new("La", (1, 1), (90, 128))).tolist() == [[90]]
+    # CMYK, YCbCr: Pillow's conversion to RGB; RGBX: the padding dropped.
+    Image.new("CMYK", (2, 2), (255, 0, 30, 20)).save(f("cmyk.tif"))
+    assert _read_file(f("cmyk.tif"))[0, 0].tolist() == [0, 235, 207]
+    Image.new("YCbCr", (2, 2), (120, 90, 200)).save(f("ycbcr.tif"))
+    assert Image.open(f("ycbcr.tif")).mode == "YCbCr"
+    ycc = Image.new("YCbCr", (1, 1), (120, 90, 200)).convert("RGB").getpixel((0, 0))
+    assert _read_file(f("ycbcr.tif"))[0, 0].tolist() == list(ycc) == [220, 81, 52]
+    assert image_folder_to_uint8(Image.new("RGBX", (1, 1), (1, 2, 3, 0))).tolist() == [[[1, 2, 3]]]
+    # 16-bit colour PNG: Pillow keeps the high byte, within one level of the 16-bit rule.
+    rgb16 = np.array([[[65535, 0, 32768], [1000, 30000, 257]]], np.uint16)
+    (tmp_path / "rgb16.png").write_bytes(_png_bytes(2, 1, 16, 2, [rgb16.astype(">u2").tobytes()]))
+    got = _read_file(f("rgb16.png")).astype(int)
+    assert np.abs(got - _scaled16(rgb16)).max() <= 1 and got[0, 0].tolist() == [255, 0, 128]
+    # A mode without a rule: refused naming the file and the mode.
+    Image.new("LAB", (2, 2), (50, 10, 10)).save(f("lab.tif"))
+    with pytest.raises(ValueError, match=r"lab\.tif has the pixel format \(Pillow mode\) 'LAB'"):
+        _read_file(f("lab.tif"))
+
+
+def image_folder_to_uint8(img):
+    from invjax.data import image_folder
+
+    return image_folder.to_uint8(img, "in memory")
+
+
+def _class_folder(root, images_by_class, splits=("train", "test")):
+    """``root/<split>/<class>/<i>.<ext>`` from ``{class: [(PIL image, ext), ...]}``."""
+    for split in splits:
+        for name, images in images_by_class.items():
+            os.makedirs(root / split / name, exist_ok=True)
+            for i, (img, ext) in enumerate(images):
+                img.save(str(root / split / name / f"{i}.{ext}"))
+    return root
+
+
+def test_sixteen_bit_classes_stay_apart(tmp_path):
+    """The reported failure: 16-bit PNGs of a 'dark' (1000-30000) and a 'bright' (35000-65535)
+    class loaded as all-white. Now each pixel is round(v * 255 / 65535), so the classes are
+    apart, and the same images as 8-bit load within one level."""
+    rng = np.random.default_rng(0)
+    v16 = {
+        "dark": rng.integers(1000, 30001, (4, 6, 7)),
+        "bright": rng.integers(35000, 65536, (4, 6, 7)),
+    }
+    root16 = _class_folder(
+        tmp_path / "f16",
+        {k: [(Image.fromarray(x.astype(np.uint16)), "png") for x in v] for k, v in v16.items()},
+    )
+    root8 = _class_folder(
+        tmp_path / "f8",
+        {k: [(Image.fromarray(_scaled16(x)), "png") for x in v] for k, v in v16.items()},
+    )
+    ds16 = data_lib.load(_cfg(root16, val_fraction=0.0))
+    ds8 = data_lib.load(_cfg(root8, val_fraction=0.0))
+    assert ds16.image_shape == (6, 7, 1) and ds16.class_names == ("bright", "dark")
+    x, y = ds16.train.images, ds16.train.labels
+    assert int(x[y == 1].max()) <= 117 < 136 <= int(x[y == 0].min())  # dark below bright
+    assert int(x.max()) < 255 or int(x.min()) < 255  # not all white
+    np.testing.assert_array_equal(x, ds8.train.images)  # the 8-bit copy: identical
+    want = np.concatenate([_scaled16(v16["bright"]), _scaled16(v16["dark"])])[..., None]
+    np.testing.assert_array_equal(x, want)
+
+
+def test_one_scene_in_every_mode_loads_as_one_array(tmp_path):
+    """A folder mixing modes comes out consistent: the same grey ramp stored as 8-bit, 16-bit,
+    32-bit integer, float, opaque LA, grey-palette and RGB files loads as the same array (C = 3
+    because of the colour files, grey repeated into R = G = B); without the colour files the
+    folder is C = 1, with the same values."""
+    ramp = np.arange(0, 240, 10, dtype=np.uint8).reshape(4, 6)
+    grey_files = [
+        (Image.fromarray(ramp), "png"),
+        (Image.fromarray(ramp.astype(np.uint16) * 257), "png"),
+        (Image.fromarray(ramp.astype(np.int32) * 257), "tif"),
+        (Image.fromarray(ramp.astype(np.float32) / 255), "tif"),
+        (Image.fromarray(np.stack([ramp, np.full_like(ramp, 255)], -1), "LA"), "png"),
+    ]
+    colour_files = [
+        (Image.fromarray(ramp).convert("P"), "png"),  # Pillow's grey palette
+        (Image.fromarray(ramp).convert("RGB"), "jpg"),  # lossy: compared within its error
+    ]
+    modes = [img.mode for img, _ in grey_files + colour_files]
+    assert modes == ["L", "I;16", "I", "F", "LA", "P", "RGB"]
+    root = _class_folder(tmp_path / "grey", {"a": grey_files, "b": grey_files})
+    ds = data_lib.load(_cfg(root, val_fraction=0.0))
+    assert ds.image_shape == (4, 6, 1) and len(ds.train) == 10
+    for img in ds.train.images:
+        np.testing.assert_array_equal(img[..., 0], ramp)
+    root = _class_folder(tmp_path / "mixed", {"a": grey_files + colour_files, "b": grey_files})
+    ds = data_lib.load(_cfg(root, val_fraction=0.0))
+    assert ds.image_shape == (4, 6, 3) and len(ds.train) == 12
+    jpeg = 6  # class a's files in name order: 0.png ... 5.png, 6.jpg; then class b's 5
+    for i, img in enumerate(ds.train.images):
+        if i != jpeg:
+            np.testing.assert_array_equal(img, np.repeat(ramp[..., None], 3, -1))
+    assert np.abs(ds.train.images[jpeg].astype(int) - ramp[..., None]).max() <= 8
