@@ -413,3 +413,109 @@ def test_one_scene_in_every_mode_loads_as_one_array(tmp_path):
         if i != jpeg:
             np.testing.assert_array_equal(img, np.repeat(ramp[..., None], 3, -1))
     assert np.abs(ds.train.images[jpeg].astype(int) - ramp[..., None]).max() <= 8
+
+
+# --------------------------------------------------------------------------- damaged and absurd
+
+
+def _truncate(path):
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+
+
+def test_a_truncated_file_is_one_message_naming_it(tmp_path):
+    root = _tiny(tmp_path / "f")
+    noise = np.random.default_rng(1).integers(0, 256, (5, 6), dtype=np.uint8)
+    target = root / "train" / "dog" / "0.png"
+    Image.fromarray(noise).save(str(target))
+    _truncate(str(target))
+    data_lib.check_config(_cfg(root))  # the header is whole: the layout checks pass
+    with pytest.raises(ValueError, match=rf"{target} cannot be decoded \(damaged or truncated\)"):
+        data_lib.load(_cfg(root))
+
+
+def test_a_forged_header_is_one_message_naming_the_file_and_size(tmp_path):
+    root = _tiny(tmp_path / "f")
+    target = root / "train" / "dog" / "0.png"
+    target.write_bytes(_png_bytes(30000, 30000, 8, 0))  # 900 Mpx claimed by 100 bytes
+    for size in (None, (8, 8)):  # resizing needs the pixels decoded: refused either way
+        with pytest.raises(
+            ValueError, match=rf"{target} claims 30000 x 30000 pixels \(900,000,000\)"
+        ):
+            data_lib.check_config(_cfg(root, image_size=size))
+
+
+def test_absurd_sizes_are_refused_before_allocating(tmp_path, monkeypatch):
+    from invjax.data import image_folder
+
+    root = _tiny(tmp_path / "f")
+    with pytest.raises(
+        ValueError, match=r"data.image_size=\(100000, 100000\) is 10,000,000,000 pixels per image"
+    ):
+        data_lib.check_config(_cfg(root, image_size=(100000, 100000)))
+    # Under the per-image limit, but the dataset would not fit: 12 images of 8192 x 8192 x 1
+    # are 0.75 GiB; on a machine of 1 GiB the half-memory budget refuses them, naming the value.
+    monkeypatch.setattr(image_folder, "memory_bytes", lambda: 2**30)
+    with pytest.raises(
+        ValueError,
+        match=r"the 12 images of .* at data.image_size=\(8192, 8192\) \(8192x8192x1\) take "
+        r"0\.8 GiB as uint8, more than 50% of this machine's 1\.0 GiB",
+    ):
+        data_lib.check_config(_cfg(root, image_size=(8192, 8192)))
+    assert data_lib.check_config(_cfg(root, image_size=(64, 64)))["image_shape"] == (64, 64, 1)
+
+
+def test_a_file_as_the_folder_says_so(tmp_path):
+    for name, hint in (("images.png", ""), ("images.zip", "; unpack the archive")):
+        (tmp_path / name).write_bytes(b"x")
+        with pytest.raises(
+            ValueError, match=rf"is a file, not a directory: .*train/<class>.*{hint}"
+        ):
+            data_lib.check_config(_cfg(tmp_path / name))
+    with pytest.raises(ValueError, match="no such directory"):
+        data_lib.check_config(_cfg(tmp_path / "missing"))
+
+
+# --------------------------------------------------------------------------- the validation split
+
+
+def test_the_validation_split_never_takes_a_class_whole(tmp_path):
+    """One image per class: the 80:20 split would give whole classes to validation (the model
+    would never see them); refused with one message naming the class and its counts. With a
+    val/ folder or data.val_fraction=0 the same folder trains on every class."""
+    from invjax.data import subsets
+
+    labels = np.arange(10)  # ten classes of one image each
+    with pytest.raises(
+        ValueError, match=r"class 0 \(and 1 more class\(es\) alike\) has 1 training"
+    ):
+        subsets.validation_split(labels, 0.2)
+    names = [f"c{k}" for k in range(10)]
+    with pytest.raises(ValueError, match=r"class 'c0' \(label 0\) .* has 1 training image\(s\)"):
+        subsets.validation_split(labels, 0.2, 0, names)
+    many = np.repeat(np.arange(10), 5)  # five per class: each keeps four
+    tr, va = subsets.validation_split(many, 0.2, 0, names)
+    assert np.bincount(many[tr]).tolist() == [4] * 10 and len(va) == 10
+
+    root = tmp_path / "f"  # the reported folder: one image per class
+    for split in ("train", "test"):
+        for k in range(5):
+            _write(str(root / split / f"c{k}" / "0.png"), value=50 * k)
+    with pytest.raises(
+        ValueError,
+        match=r"class 'c0' \(label 0\) has 1 training image\(s\) and the validation split "
+        r"\(data.val_fraction=0.2\) takes all of them, leaving none to train on: give that "
+        r"class more images, .*val/\), or data.val_fraction=0",
+    ):
+        data_lib.load(_cfg(root, val_fraction=0.2))
+    assert np.bincount(data_lib.load(_cfg(root, val_fraction=0.0)).train.labels).tolist() == [1] * 5
+    _write(str(root / "train" / "c0" / "1.png"), value=1)
+    _write(str(root / "train" / "c0" / "2.png"), value=2)
+    ds = data_lib.load(_cfg(root, val_fraction=0.2))  # 7 images: c0 gives one, keeps two
+    assert np.bincount(ds.train.labels).tolist() == [2, 1, 1, 1, 1] and ds.val.labels.tolist() == [
+        0
+    ]
+    for k in range(5):
+        _write(str(root / "val" / f"c{k}" / "0.png"), value=50 * k)
+    ds = data_lib.load(_cfg(root, val_fraction=0.2))  # val/ is the validation split
+    assert np.bincount(ds.train.labels).tolist() == [3, 1, 1, 1, 1] and len(ds.val) == 5
