@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -519,3 +520,182 @@ def test_the_validation_split_never_takes_a_class_whole(tmp_path):
         _write(str(root / "val" / f"c{k}" / "0.png"), value=50 * k)
     ds = data_lib.load(_cfg(root, val_fraction=0.2))  # val/ is the validation split
     assert np.bincount(ds.train.labels).tolist() == [3, 1, 1, 1, 1] and len(ds.val) == 5
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def _main(args, tmp_path, cwd=REPO):
+    return subprocess.run(
+        [sys.executable, "-m", "invjax.main", "--config=configs/digits_cnn.py", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _one_error_line(proc) -> str:
+    """The command's whole stderr: one ``invjax: error:`` line (no traceback)."""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("invjax: error: "), proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "damage, dry_run",
+    [
+        ("truncated", True),
+        ("truncated", False),
+        ("forged_header", False),
+        ("absurd_size", False),
+        ("file_as_folder", True),
+        ("one_image_per_class", False),
+    ],
+)
+def test_the_trainer_refuses_bad_images_in_one_line(tmp_path, damage, dry_run):
+    """The reported attacks, as a user runs them: exit 2, one line naming the file or value,
+    nothing written (the workdir is not created)."""
+    root = _tiny(tmp_path / "f", size=(8, 8))
+    extra, classes = [], 2
+    target = root / "train" / "dog" / "0.png"
+    if damage == "truncated":
+        noise = np.random.default_rng(1).integers(0, 256, (8, 8), dtype=np.uint8)
+        Image.fromarray(noise).save(str(target))
+        _truncate(str(target))
+        named = rf"{target} cannot be decoded \(damaged or truncated\)"
+    elif damage == "forged_header":
+        target.write_bytes(_png_bytes(30000, 30000, 8, 0))
+        named = rf"{target} claims 30000 x 30000 pixels"
+    elif damage == "absurd_size":
+        extra = ["--config.data.image_size=(100000, 100000)"]
+        named = r"data.image_size=\(100000, 100000\) is 10,000,000,000 pixels per image"
+    elif damage == "file_as_folder":
+        root = tmp_path / "images.png"
+        root.write_bytes(b"x")
+        named = rf"data.path='{root}' is a file, not a directory"
+    else:  # five classes of one image each: the 80:20 split gives class c0's to validation
+        root = tmp_path / "one_each"
+        for split in ("train", "test"):
+            for k in range(5):
+                _write(str(root / split / f"c{k}" / "0.png"), (8, 8), value=40 * k)
+        classes = 5
+        named = r"class 'c0' \(label 0\) has 1 training image\(s\) and the validation split"
+    run = tmp_path / "run"
+    proc = _main(
+        [
+            f"--workdir={run}",
+            "--config.data.name=image_folder",
+            f"--config.data.path={root}",
+            f"--config.model.num_classes={classes}",
+            *extra,
+            *(["--dry_run"] if dry_run else []),
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert re.search(named, _one_error_line(proc)), proc.stderr
+    assert not run.exists()
+
+
+def _make_digits(dest, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "invjax.data.image_folder", "--make-digits", dest],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
+
+
+@pytest.mark.slow
+def test_make_digits_checks_its_folder_before_writing(tmp_path):
+    """``--make-digits`` onto "", a file, a path under a file, a folder of other things, a
+    read-only place: exit 2, one line, nothing written."""
+    here = tmp_path / "cwd"
+    here.mkdir()
+    proc = _make_digits("", here)  # was: 1,797 PNGs written into the current folder, then exit 2
+    assert proc.returncode == 2 and "needs the folder to write" in _one_error_line(proc)
+    assert os.listdir(here) == []
+    (here / "a_file").write_text("keep me")
+    for dest, says in (
+        ("a_file", "it is a file, not a folder"),
+        ("a_file/sub", r"a_file is a file, not a folder"),
+    ):
+        proc = _make_digits(dest, here)
+        assert proc.returncode == 2 and re.search(says, _one_error_line(proc)), proc.stderr
+    assert os.listdir(here) == ["a_file"] and (here / "a_file").read_text() == "keep me"
+    (here / "mine").mkdir()
+    (here / "mine" / "notes.txt").write_text("mine")
+    proc = _make_digits("mine", here)
+    line = _one_error_line(proc)
+    assert proc.returncode == 2 and "not a digits folder written by --make-digits" in line
+    assert "notes.txt" in line and os.listdir(here / "mine") == ["notes.txt"]
+    # A read-only place: a folder without write permission (for root, who ignores it, /sys).
+    if os.geteuid() != 0:
+        locked = here / "locked"
+        locked.mkdir(mode=0o555)
+        dest = str(locked / "digits")
+    else:
+        dest = "/sys/invjax_digits"
+        try:
+            os.mkdir(dest)
+            os.rmdir(dest)
+            pytest.skip("/sys is writable here: no read-only place to try")
+        except OSError:
+            pass
+    proc = _make_digits(dest, here)
+    assert proc.returncode == 2 and "cannot write there" in _one_error_line(proc), proc.stderr
+    assert not os.path.exists(dest)
+
+
+@pytest.mark.slow
+def test_make_digits_completes_an_interrupted_export(digits_folder, tmp_path):
+    """A previous export (here one cut short: files missing, one half-written ``.partial``) is
+    written again whole, byte-identical to a fresh one."""
+    import shutil
+
+    copy = tmp_path / "digits"
+    shutil.copytree(digits_folder, copy)
+    removed = [copy / "test" / "3", copy / "val" / "0" / sorted(os.listdir(copy / "val" / "0"))[0]]
+    shutil.rmtree(removed[0])
+    os.remove(removed[1])
+    (copy / "train" / "1" / "9999.png.partial").write_bytes(b"half")  # not a digit's name
+    proc = _make_digits(str(copy), tmp_path)
+    assert proc.returncode == 2 and "9999.png.partial" in _one_error_line(proc)
+    os.remove(copy / "train" / "1" / "9999.png.partial")
+    name = sorted(os.listdir(copy / "train" / "1"))[0]
+    (copy / "train" / "1" / (name + ".partial")).write_bytes(b"half")
+    proc = _make_digits(str(copy), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "wrote" in proc.stdout and "train: 1079 images" in proc.stdout
+    for split in ("train", "val", "test"):
+        for label in range(10):
+            a, b = copy / split / str(label), os.path.join(digits_folder, split, str(label))
+            assert sorted(os.listdir(a)) == sorted(os.listdir(b))
+            for f in os.listdir(b):
+                assert (a / f).read_bytes() == open(os.path.join(b, f), "rb").read()
+
+
+@pytest.mark.slow
+def test_the_folder_command_decodes_every_image(tmp_path):
+    """``python -m invjax.data.image_folder DIR`` reads every pixel: a truncated file is named
+    (exit 2, one line), as is a bad ``--image_size`` or an unknown flag."""
+    root = _tiny(tmp_path / "f", size=(8, 8))
+    target = root / "test" / "cat" / "1.png"
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (8, 8), dtype=np.uint8)).save(
+        str(target)
+    )
+    cmd = [sys.executable, "-m", "invjax.data.image_folder"]
+    ok = subprocess.run([*cmd, str(root)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "2 classes ['cat', 'dog'], images 8x8x1" in ok.stdout
+    _truncate(str(target))
+    for args, says in (
+        ([str(root)], rf"{target} cannot be decoded"),
+        ([str(root), "--image_size=8,x"], r"--image_size='8,x' is invalid"),
+        ([str(root), "--bogus"], r"unrecognized arguments: --bogus"),
+    ):
+        proc = subprocess.run([*cmd, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and re.search(says, _one_error_line(proc)), proc.stderr
