@@ -699,3 +699,44 @@ def test_the_folder_command_decodes_every_image(tmp_path):
     ):
         proc = subprocess.run([*cmd, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and re.search(says, _one_error_line(proc)), proc.stderr
+
+
+@pytest.mark.slow
+def test_make_digits_stopped_by_a_signal_is_one_line_and_resumable(tmp_path):
+    """SIGTERM while the files are written (sent by the process to itself after its 10th file,
+    so the moment is certain): exit 143, one line counting the files written; no file is
+    half-written under its own name; the same command then completes the folder."""
+    dest = tmp_path / "digits"
+    code = (
+        "import os, signal, sys\n"
+        "from PIL import Image\n"
+        "from invjax.data import image_folder\n"
+        "save, n = Image.Image.save, [0]\n"
+        "def counted(self, *a, **k):\n"
+        "    save(self, *a, **k)\n"
+        "    n[0] += 1\n"
+        "    if n[0] == 10:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "Image.Image.save = counted\n"
+        "sys.exit(image_folder.main(['--make-digits', sys.argv[1]]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(dest)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    line = _one_error_line(proc)
+    assert re.search(r"stopped by SIGTERM; (9|10) files written \(the same command", line), line
+    written = [os.path.join(d, f) for d, _, fs in os.walk(dest) for f in fs]
+    assert len([f for f in written if f.endswith(".png")]) in (9, 10)
+    for f in written:
+        if f.endswith(".png"):
+            with Image.open(f) as img:
+                assert img.size == (28, 28) and img.mode == "L"
+                img.load()
+    proc = _make_digits(str(dest), tmp_path)
+    assert proc.returncode == 0 and "train: 1079 images" in proc.stdout, proc.stderr[-2000:]
+    assert sum(len(fs) for _, _, fs in os.walk(dest)) == 1797

@@ -423,6 +423,7 @@ def _digits_files() -> dict[str, tuple[np.ndarray, int]]:
 
 
 _TMP = ".partial"  # a file being written: NAME.png.partial, renamed onto NAME.png when complete
+_PROBE = ".invjax-probe-"  # the write test of check_destination
 
 
 def _previous_export(root: str, expected) -> str | None:
@@ -436,14 +437,14 @@ def _previous_export(root: str, expected) -> str | None:
                 return os.path.join(rel, d).removeprefix("./") + "/"
         for n in sorted(names):
             p = os.path.normpath(os.path.join(rel, n))
-            if p not in expected and p.removesuffix(_TMP) not in expected:
+            if p.removesuffix(_TMP) not in expected and not n.startswith(_PROBE):
                 return p
     return None
 
 
 def check_destination(out) -> str:
-    """``--make-digits DIR``'s folder, checked before anything is written: not empty, not a
-    file, under no file, writable (tried: the folder is created and a probe file written and
+    """``--make-digits DIR``'s folder, checked before anything is written: given (not ``""``),
+    not a file, under no file, writable (tried: the folder is created and a probe file written and
     removed; on failure nothing is left), and either empty/new or a previous digits export
     (then written again). Returns its absolute path; one ValueError naming it otherwise."""
     if not out or not str(out).strip():
@@ -472,7 +473,7 @@ def check_destination(out) -> str:
         created = os.path.dirname(created)
     try:
         os.makedirs(root, exist_ok=True)
-        probe = os.path.join(root, f".invjax-probe-{os.getpid()}")
+        probe = os.path.join(root, f"{_PROBE}{os.getpid()}")
         with open(probe, "wb") as fh:
             fh.write(b"probe")
         os.remove(probe)
@@ -502,7 +503,7 @@ def make_digits(out: str, progress=None) -> dict[str, int]:
     for rel, (pixels, _) in files.items():
         target = os.path.join(root, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        Image.fromarray(pixels, mode="L").save(target + _TMP, format="PNG")
+        Image.fromarray(pixels).save(target + _TMP, format="PNG")  # uint8 [28, 28]: mode L
         os.replace(target + _TMP, target)
         counts[rel.split("/", 1)[0]] += 1
         if progress is not None:
