@@ -76,7 +76,7 @@ GREY_MODES = ("1", "L", "LA", "La", "I;16", "I;16L", "I;16B", "I;16N", "I", "F")
 COLOUR_MODES = ("P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "HSV")
 DEFAULT_AUGMENT = "none"
 #: Pixels per image (header size or data.image_size): 8192 x 8192. Far above what these
-#: classifiers take, far below what a forged header claims (a 30000 x 30000 PNG of 100 bytes).
+#: classifiers take, far below what a forged header claims (30000 x 30000 in a PNG of 69 bytes).
 MAX_PIXELS = 8192 * 8192
 #: The largest share of this machine's memory the uint8 dataset (all splits) may take.
 MEMORY_SHARE = 0.5
@@ -166,7 +166,7 @@ def _opened(file: str):
         if w * h > MAX_PIXELS:
             raise ValueError(
                 f"{file} claims {w} x {h} pixels ({w * h:,}), above the limit of {MAX_PIXELS:,} "
-                "pixels per image (8192 x 8192): shrink it (it cannot be decoded to be resized) "
+                "pixels per image (8192 x 8192): shrink it beforehand (it is not decoded) "
                 "or remove it"
             )
         if img.mode not in GREY_MODES + COLOUR_MODES:
