@@ -740,3 +740,34 @@ def test_make_digits_stopped_by_a_signal_is_one_line_and_resumable(tmp_path):
     proc = _make_digits(str(dest), tmp_path)
     assert proc.returncode == 0 and "train: 1079 images" in proc.stdout, proc.stderr[-2000:]
     assert sum(len(fs) for _, _, fs in os.walk(dest)) == 1797
+
+
+@pytest.mark.slow
+def test_sixteen_bit_folder_trains(tmp_path):
+    """The reported run, as a user types it: 16-bit PNGs of a 'dark' and a 'bright' class
+    trained to test_error=50.00% (every pixel read as 255). Read by the 16-bit rule, the two
+    classes are told apart."""
+    rng = np.random.default_rng(0)
+    root = tmp_path / "f16"
+    for split, n in (("train", 30), ("test", 10)):
+        for name, (lo, hi) in (("dark", (1000, 30000)), ("bright", (35000, 65535))):
+            os.makedirs(root / split / name)
+            for i in range(n):
+                pixels = rng.integers(lo, hi + 1, (28, 28)).astype(np.uint16)
+                Image.fromarray(pixels).save(str(root / split / name / f"{i}.png"))
+    proc = _main(
+        [
+            f"--workdir={tmp_path / 'run'}",
+            "--config.data.name=image_folder",
+            f"--config.data.path={root}",
+            "--config.model.num_classes=2",
+            "--config.model.width=4",
+            "--config.train.batch_size=12",
+            "--config.train.num_epochs=3",
+            "--config.train.lr_boundaries=()",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("test_error=") and float(last.split("=")[1].rstrip("%")) <= 10.0, last
