@@ -1,5 +1,5 @@
-"""Paired statistics of the sample-complexity protocol (``launch/study_protocol.py``): pure
-functions of numbers, no file or run access, so each is tested in isolation.
+"""Paired statistics of a study (:mod:`launch.studies.report` uses them): pure functions of
+numbers, no file or run access, so each is tested in isolation.
 
 A claim "A is better than B" at one (dataset, N_t) is read from the paired differences
 ``d_r = error_A(r) - error_B(r)`` over the realisations ``r`` (same split, subset and seed for A
@@ -245,19 +245,22 @@ def convergence(losses: Sequence[float], window: float = WINDOW) -> dict:
 
     ``last`` = mean of the last ``ceil(window E)`` epochs, ``before`` = the same number just
     before them; ``drop = (before - last) / before``. Converged unless ``drop > PLATEAU_REL``
-    and ``last > LOSS_FLOOR``. Fewer than two epochs: not judged (``converged`` None).
+    and ``last > LOSS_FLOOR``. Fewer than two epochs: not judged (``converged`` None). Returns
+    ``final_loss``, ``drop``, ``converged`` and the two window means ``before`` / ``last``.
     """
     x = [float(v) for v in losses]
     k = max(1, math.ceil(window * len(x)))
     if len(x) < 2 * k:
-        return {"final_loss": x[-1] if x else math.nan, "drop": math.nan, "converged": None}
+        final = x[-1] if x else math.nan
+        return {"final_loss": final, "drop": math.nan, "converged": None}
     last = sum(x[-k:]) / k
     before = sum(x[-2 * k : -k]) / k
     drop = (before - last) / before if before > 0 else 0.0
+    means = {"before": before, "last": last}
     if not math.isfinite(last):
-        return {"final_loss": x[-1], "drop": math.nan, "converged": False}
+        return {"final_loss": x[-1], "drop": math.nan, "converged": False} | means
     return {
         "final_loss": x[-1],
         "drop": drop,
         "converged": not (drop > PLATEAU_REL and last > LOSS_FLOOR),
-    }
+    } | means

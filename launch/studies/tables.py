@@ -1,21 +1,13 @@
-"""Tables and figures of the protocol study (``launch/study_protocol.py``), from records only.
+"""The Markdown tables of a study's report (:mod:`launch.studies.report`), from record rows only.
 
-Every function takes the records that ``study_protocol`` gathered (a run's ``results.json``
-with ``train_loss`` / ``train_error`` / ``convergence`` / ``curve`` added) and returns Markdown
-or writes PNG files; none reads run directories.
+Every function takes rows of the record (:mod:`launch.studies.record`) or the comparisons made
+of them and returns Markdown; none reads a file.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import runpy
 from collections.abc import Sequence
-
-plots = runpy.run_path(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "study_plots.py"),
-    run_name="report_plots",
-)
 
 
 def _pct(x) -> str:
@@ -169,83 +161,3 @@ def verdict_matrix(
                 cells.append(f"{r['diff_mean']:+.2f}{mark.get(r['verdict'], '')}")
         lines.append(f"| {claim} (`{better}` - `{worse}`) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def plot_errors(
-    errors: dict, out: str, families: Sequence[str], controls: Sequence[str] = ()
-) -> list[str]:
-    """``error_vs_n_train_<dataset>.png``: test error vs N_t (log-log), mean ± std per family;
-    controls dotted, anchors dashed."""
-    written = []
-    for dataset in sorted({d for d, _, _ in errors}):
-        lines = []
-        for i, family in enumerate(families):
-            pts = sorted(
-                (n, rs) for (d, f, n), rs in errors.items() if d == dataset and f == family
-            )
-            if not pts:
-                continue
-            x = [n for n, _ in pts]
-            e = [[r["test_error"] for r in rs.values()] for _, rs in pts]
-            m = [max(sum(v) / len(v), 0.1) for v in e]
-            s = [
-                math.sqrt(sum((a - mm) ** 2 for a in v) / (len(v) - 1)) if len(v) > 1 else 0.0
-                for v, mm in zip(e, m)
-            ]
-            style = "--" if family in ("cnn", "svm") else ":" if family in controls else "-"
-            lines.append((family, x, m, s, style, i))
-        written.append(
-            plots["error_figure"](
-                lines,
-                os.path.join(out, f"error_vs_n_train_{dataset}.png"),
-                title=f"{dataset}: mean ± std over realisations (last-epoch models)",
-                ylabel="test error % (log)",
-                figsize=(7.5, 5),
-                dpi=100,
-                band_alpha=0.12,
-                legend_fontsize=6,
-                marker_size=4,
-            )
-        )
-    return written
-
-
-def plot_curves(groups: dict, out: str, prefix: str) -> list[str]:
-    """One PNG per (dataset, family): every run's epoch-mean training loss (solid) and
-    held-out / validation error (dotted, right axis) against its epoch. ``groups``:
-    ``(dataset, family) -> {run label: record}``."""
-    plt = plots["plt"]()
-    os.makedirs(out, exist_ok=True)
-    written = []
-    for (dataset, family), runs in sorted(groups.items()):
-        runs = {k: r for k, r in runs.items() if r.get("curve", {}).get("train")}
-        if not runs:
-            continue
-        fig, ax = plt.subplots(figsize=(6.5, 4))
-        ax2 = ax.twinx()
-        colours = plt.get_cmap("viridis")
-        for i, (label, r) in enumerate(sorted(runs.items())):
-            c = colours(i / max(1, len(runs) - 1))
-            tr = [e for e in r["curve"]["train"] if e[1] is not None]
-            conv = r.get("convergence", {}).get("converged")
-            ax.plot(
-                [e[0] for e in tr],
-                [e[1] for e in tr],
-                color=c,
-                lw=1,
-                label=label + (" (unconverged)" if conv is False else ""),
-            )
-            va = [e for e in r["curve"].get("val", []) if e[2] is not None]
-            ax2.plot([e[0] for e in va], [e[2] for e in va], ":", color=c, lw=1)
-        ax.set_yscale("log")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("training loss (epoch mean, log)")
-        ax2.set_ylabel("held-out / validation error % (dotted)")
-        ax.set_title(f"{prefix} {dataset} {family}", fontsize=9)
-        ax.legend(fontsize=5, ncol=2)
-        fig.tight_layout()
-        path = os.path.join(out, f"{prefix}_{dataset}_{family}.png")
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        written.append(path)
-    return written
