@@ -4,7 +4,7 @@ report) and the runs' training curves (:func:`plot_curves`, drawn on demand).
 :func:`error_figure` draws test error against the training-set size N_t on log-log axes, one
 line per family with a band of mean ± std; each caller chooses its looks (size, title, line
 styles, tick labels) and what mean and std mean (seeds of a sample, realisations). PNG bytes
-depend only on the data and the matplotlib version (``savefig`` writes no date into a PNG).
+depend only on the data and on matplotlib's drawing (no date or version is written into them).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def error_figure(
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=legend_fontsize, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    # no "Software: matplotlib <version>" text chunk: the bytes depend on the data and drawing
+    fig.savefig(path, dpi=dpi, metadata={"Software": None})
     pyplot.close(fig)
     return path
 
@@ -152,7 +153,7 @@ def plot_curves(groups: dict, out: str, prefix: str) -> list[str]:
         ax.legend(fontsize=5, ncol=2)
         fig.tight_layout()
         path = os.path.join(out, f"{prefix}_{dataset}_{family}.png")
-        fig.savefig(path, dpi=80)
+        fig.savefig(path, dpi=80, metadata={"Software": None})
         pyplot.close(fig)
         written.append(path)
     return written

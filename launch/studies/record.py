@@ -37,18 +37,18 @@ from launch.studies import stats
 RECORD = "runs.jsonl"
 STAGES = ("main", "tune", "pilot")
 CURVE_POINTS = 60
-REQUIRED = {
-    "run": str,
-    "stage": str,
-    "dataset": str,
-    "family": str,
-    "label": str,
-    "seed": int,
-    "n_train": int,
-    "overrides": dict,
-    "convergence": dict,
-    "trained_on": list,
-    "curve": dict,
+REQUIRED = {  # key -> the types its value may have
+    "run": (str,),
+    "stage": (str,),
+    "dataset": (str,),
+    "family": (str,),
+    "label": (str,),
+    "seed": (int,),
+    "n_train": (int, type(None)),
+    "overrides": (dict,),
+    "convergence": (dict,),
+    "trained_on": (list,),
+    "curve": (dict,),
 }
 
 
@@ -83,13 +83,13 @@ def validate(row: dict) -> dict:
     """``row`` itself if it is a well-formed record row, else ValueError naming the field."""
     if not isinstance(row, dict):
         raise ValueError(f"a record row must be a JSON object, not {type(row).__name__}")
-    for key, kind in REQUIRED.items():
+    for key, kinds in REQUIRED.items():
         if key not in row:
             raise ValueError(f"record row {row.get('run', '?')!r} has no {key!r}")
-        if not isinstance(row[key], kind) or (kind is int and isinstance(row[key], bool)):
+        if not isinstance(row[key], kinds) or isinstance(row[key], bool):
+            names = " or ".join(k.__name__ for k in kinds)
             raise ValueError(
-                f"record row {row['run']!r}: {key}={row[key]!r} is invalid: it must be "
-                f"{kind.__name__}"
+                f"record row {row['run']!r}: {key}={row[key]!r} is invalid: it must be {names}"
             )
     ident = identity(row["run"])
     for key, value in ident.items():
@@ -259,6 +259,8 @@ def row(run: str, run_dir: str, runs_root: str, known: dict | None = None) -> di
     out["train_error"] = train[-1][2] if train else r.get("train_error")
     for k in ("params", "epochs", "steps"):
         out[k] = r.get(k)
+    if out["epochs"] is None and train:  # a run that did not record it: its last epoch
+        out["epochs"] = train[-1][0]
     out["convergence"] = conv
     out["device"] = _device(r)
     out["trained_on"] = sorted(devices)

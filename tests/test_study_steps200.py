@@ -13,14 +13,15 @@ import sys
 
 import pytest
 
+from launch import study
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
-study = runpy.run_path(str(REPO / "launch" / "study.py"), run_name="study_under_test")
 
 
 @pytest.mark.parametrize("n", [20, 50, 100, 500, 0])
 def test_schedule_gives_about_the_same_steps_at_every_size(n):
     steps, batch = 120, 64
-    s = study["schedule"](n, steps, batch)
+    s = study.schedule(n, steps, batch)
     batch = min(batch, n or 1079)  # never larger than the training set (the trainer's check)
     per_epoch = math.ceil((n or 1079) / batch)
     total = s["num_epochs"] * per_epoch
@@ -31,26 +32,26 @@ def test_schedule_gives_about_the_same_steps_at_every_size(n):
 
 
 def test_plan_same_splits_same_length_and_shared_streams(tmp_path):
-    runs, svm = study["plan"](
-        str(tmp_path), ["rotscaled_digits"], list(study["FAMILIES"]), [20, 0], [0, 1], 120
+    runs, svm = study.plan(
+        str(tmp_path), ["rotscaled_digits"], list(study.FAMILIES), [20, 0], [0, 1], 120
     )
-    assert len(runs) == (len(study["FAMILIES"]) - 1) * 2 * 2 and len(svm) == 4
+    assert len(runs) == (len(study.FAMILIES) - 1) * 2 * 2 and len(svm) == 4
     for r in runs:
         n, seed = r.point
         ov = r.overrides
         assert ov["data.name"] == "rotscaled_digits" and ov["data.n_train"] == n
         assert ov["seed"] == seed and ov["data.realisation"] == seed  # same split per point
-        rule = study["schedule"](n, 120, 64)
+        rule = study.schedule(n, 120, 64)
         key = "phase1.e2.train" if r.multi else "train"
         assert ov[f"{key}.num_epochs"] == rule["num_epochs"]  # same length rule for every net
-        assert r.workdir.endswith(os.path.join(r.experiment, f"{study['label'](n)}_s{seed}"))
+        assert r.workdir.endswith(os.path.join(r.experiment, f"{study.label(n)}_s{seed}"))
         if r.multi:  # phase 1 reuses the single-stream runs of the same point
             base = os.path.join(str(tmp_path), "rotscaled_digits")
             assert ov["phase1.e2.workdir"] == os.path.join(
                 base, "e2_ii", os.path.basename(r.workdir)
             )
             assert ov["phase1.scale.workdir"].startswith(os.path.join(base, "scale_iiws_disco"))
-            assert ov["train.num_epochs"] == study["schedule"](n, 30, 64)["num_epochs"]
+            assert ov["train.num_epochs"] == study.schedule(n, 30, 64)["num_epochs"]
     assert [p["data.realisation"] for p in svm] == [0, 0, 1, 1]  # seed-major
 
 
@@ -67,7 +68,7 @@ def test_plan_same_splits_same_length_and_shared_streams(tmp_path):
 )
 def test_bad_input_exits_2_with_the_valid_values(args, message, capsys):
     with pytest.raises(SystemExit) as e:
-        study["main"](["--dry-run", *args])
+        study.main(["--dry-run", *args])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -79,28 +80,28 @@ def test_paired_differences_use_the_common_seeds_only():
         ("triple", "d", 20): {0: 35.0, 1: 41.0},  # seed 2 not run yet
         ("svm", "d", 20): {0: 45.0, 1: 49.0, 2: 36.0},
     }
-    t = study["paired"](by_seed, "triple", "d", 20)
+    t = study.paired(by_seed, "triple", "d", 20)
     assert t["paired_vs"] == "wrn_std" and t["paired_n"] == 2 and t["paired_wins"] == 2
     assert math.isclose(t["paired_diff_mean"], -7.0)
     assert math.isclose(t["paired_diff_std"], math.sqrt(8.0))  # diffs -5, -9: sample std
-    s = study["paired"](by_seed, "svm", "d", 20)
+    s = study.paired(by_seed, "svm", "d", 20)
     assert (s["paired_n"], s["paired_wins"]) == (3, 1) and math.isclose(
         s["paired_diff_mean"], 10 / 3
     )
-    assert study["paired"](by_seed, "wrn_std", "d", 20) == {}
-    assert study["paired"](by_seed, "triple", "d", 100) == {}
+    assert study.paired(by_seed, "wrn_std", "d", 20) == {}
+    assert study.paired(by_seed, "triple", "d", 100) == {}
     rows = [
-        {"experiment": f, "dataset": "d", "n_train": 20, **study["paired"](by_seed, f, "d", 20)}
+        {"experiment": f, "dataset": "d", "n_train": 20, **study.paired(by_seed, f, "d", 20)}
         for f in ("wrn_std", "svm", "triple")
     ]
-    table = study["paired_table"](rows, "d").splitlines()
+    table = study.paired_table(rows, "d").splitlines()
     assert table[0] == "| comparison | N_t = 20 |"
     assert table[2:] == [
         "| svm - wrn_std | +3.33 ± 3.79 (1/3) |",
         "| triple - wrn_std | -7.00 ± 2.83 (2/2) |",
     ]
     # any reference: triple against the SVM on seeds 0 and 1
-    t = study["paired"](by_seed, "triple", "d", 20, reference="svm")
+    t = study.paired(by_seed, "triple", "d", 20, reference="svm")
     assert (t["paired_vs"], t["paired_n"], t["paired_wins"]) == ("svm", 2, 2)
     assert math.isclose(t["paired_diff_mean"], -9.0)
 
@@ -115,13 +116,13 @@ def test_claims_pair_ii_with_pooling_on_the_same_seeds(tmp_path):
             run.mkdir(parents=True)
             r = {"test_error": e, "val_error": e, "n_train": 20, "seed": seed, "params": 1}
             (run / "results.json").write_text(json.dumps(r | {"dataset": "scaled_digits"}))
-    got = study["claims"](str(tmp_path / "runs"))
+    got = study.claims(str(tmp_path / "runs"))
     assert [(c["experiment"], c["paired_vs"], c["n_train"]) for c in got] == [
         ("e2_ii", "e2_pool", 20)
     ]
     assert (got[0]["paired_n"], got[0]["paired_wins"]) == (3, 2)
     assert math.isclose(got[0]["paired_diff_mean"], -5 / 3)
-    study["write_report"](str(tmp_path / "runs"), str(tmp_path / "out"), "# t")
+    study.write_report(str(tmp_path / "runs"), str(tmp_path / "out"), "# t")
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| e2_ii - e2_pool | -1.67 ± 2.52 (2/3) |" in md
     assert "| e2_ii - wrn_std | -10.00 ± 0.00 (3/3) |" in md
@@ -129,10 +130,10 @@ def test_claims_pair_ii_with_pooling_on_the_same_seeds(tmp_path):
 
 
 def test_platform_gpu_without_a_gpu_exits_2_before_any_run(tmp_path, capsys):
-    if study["sweep"]["visible_gpus"]():
+    if study.sweep.visible_gpus():
         pytest.skip("a GPU is visible here")
     with pytest.raises(SystemExit) as e:
-        study["main"](
+        study.main(
             ["--out", str(tmp_path / "o"), "--runs-dir", str(tmp_path / "r")]
             + ["--platform", "gpu", "--families", "svm", "--sizes", "20"]
         )
@@ -158,11 +159,11 @@ def test_tiny_study_end_to_end(tmp_path):
     cnn = json.loads((runs / "scaled_digits" / "cnn" / "n20_s0" / "results.json").read_text())
     for key in ("n_train", "n_val", "n_test", "dataset", "seed"):
         assert svm[key] == cnn[key]
-    assert svm["svm_C"] in study["SVM_C"]
+    assert svm["svm_C"] in study.SVM_C
     # the rule: 20 images at batch 32 = 1 step per epoch, 2 steps -> 2 epochs
     assert cnn["epochs"] == 2 and cnn["steps"] == 2
     # --platform auto (the default): a GPU where one is visible, else the CPU
-    assert (cnn["device_kind"] == "cpu") == (not study["sweep"]["visible_gpus"]())
+    assert (cnn["device_kind"] == "cpu") == (not study.sweep.visible_gpus())
     md = (out / "results.md").read_text()
     assert "| cnn | scaled_digits | 20 | 1 |" in md and "| svm | scaled_digits | 50 | 1 |" in md
     assert (out / "error_vs_n_train_scaled_digits.png").stat().st_size > 10_000
@@ -178,21 +179,21 @@ def test_tiny_study_end_to_end(tmp_path):
 )
 def test_monomial_pruning_at_the_papers_fractions_of_training(epochs, want, tmp_path):
     # the paper prunes after 5 and 10 of 60 epochs
-    assert study["prune_epochs"](epochs) == want
-    assert study["prune_epochs"](60) == (5, 10)
-    runs, _ = study["plan"](
+    assert study.prune_epochs(epochs) == want
+    assert study.prune_epochs(60) == (5, 10)
+    runs, _ = study.plan(
         str(tmp_path), ["scaled_digits"], ["scale_iimono_hermite"], [20, 0], [0], 200
     )
     for r in runs:
         e = r.overrides["train.num_epochs"]
-        assert r.overrides["model.prune_epochs"] == study["prune_epochs"](e)
+        assert r.overrides["model.prune_epochs"] == study.prune_epochs(e)
 
 
 def _study_monomial_net(output: str):
     """The study's ``scale_iimono_disco`` network (its config and overrides), ``output`` forced."""
     from invjax import models
 
-    stem, overrides = study["FAMILIES"]["scale_iimono_disco"]
+    stem, overrides = study.FAMILIES["scale_iimono_disco"]
     config = runpy.run_path(str(REPO / "configs" / f"{stem}.py"))["get_config"]()
     assert config.model.monomial_output == "log"  # the shipped fix
     for key, value in overrides.items():
