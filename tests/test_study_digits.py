@@ -804,3 +804,30 @@ def test_rotation_ii_family_is_exactly_invariant_to_90_degree_rotations_of_digit
         ) / float(jnp.abs(y).max())
     assert float(jnp.abs(y - y.mean(0)).max()) > 1e-3  # the logits depend on the image
     assert spread < 1e-5, spread
+
+
+def test_run_trains_what_the_record_lacks_lands_it_and_rewrites_the_report(tmp_path, capsys):
+    """The RBF-SVM anchor (seconds, no network): ``run`` fits the two planned points, appends
+    their rows and writes the report beside the record; run again, it trains and lands
+    nothing; ``status`` counts them as landed."""
+    out = tmp_path / "out"
+    rec = out / "runs.jsonl"
+    _tuned(tmp_path / "tuned", rec, {"svm": [50.0] * 6})
+    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits", "--sizes"]
+    argv += ["20", "--seeds", "0,1", "--runs_dir", str(tmp_path / "runs"), "--record", str(rec)]
+    assert main(["digits", "run", *argv, "--platform", "cpu"]) == 0
+    assert "study: 2 run(s) landed" in capsys.readouterr().out
+    rows = [r for r in record.read(str(rec)) if r["stage"] == "main"]
+    assert [r["run"] for r in rows] == [f"main/scaled_digits/svm/n20/seed_{k}" for k in (0, 1)]
+    for r in rows:
+        assert 0.0 <= r["test_error"] <= 100.0 and r["n_train"] == 20
+        assert (r["device"], r["trained_on"]) == ("cpu", ["CPU"])
+        assert r["overrides"]["svm_C"] == 1.0 and r["overrides"]["data.realisation"] == r["seed"]
+    md = (out / "results.md").read_text()
+    assert "## Test error: scaled_digits" in md and "| svm |" in md
+    assert main(["digits", "run", *argv, "--platform", "cpu"]) == 0
+    assert "study: 0 run(s) landed" in capsys.readouterr().out
+    assert len(record.read(str(rec))) == 8  # six tuning rows and the two main runs
+    assert main(["digits", "status", *argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]

@@ -157,7 +157,8 @@ def unfinished_files(runs_dir: str, finished: Sequence[str] = ()) -> list[str]:
         steps = []
         if os.path.basename(root) in ("checkpoints", "checkpoint_manifests"):
             ckpt = os.path.join(os.path.dirname(root), "checkpoints")
-            steps = sorted(int(d) for d in os.listdir(ckpt) if d.isdigit())
+            names = os.listdir(ckpt) if os.path.isdir(ckpt) else []
+            steps = sorted(int(d) for d in names if d.isdigit())
         if os.path.basename(root) == "checkpoints" and steps:
             dirs[:] = [d for d in dirs if not d.isdigit() or int(d) == steps[-1]]
         for f in sorted(files):
