@@ -253,6 +253,9 @@ def pilot_command(study, args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if not argv or argv[0] not in STUDIES:
         got = repr(argv[0]) if argv else "nothing"
         print(
