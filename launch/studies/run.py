@@ -387,8 +387,9 @@ def run(study: Study, opts: Options) -> int:
             # the tables after every landing, the figures every FIGURES_EVERY runs and at the end
             figures = final or count[0] % FIGURES_EVERY < new
             rows = record.read(opts.record)
+            # the runs of this command's rule, counted against every realisation of the plan
             report.write_report(
-                study, rows, opts.out, None, None, opts.test, opts.holm_family, figures
+                study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
             )
         if opts.commit and new:
             paths = [opts.record] + ([opts.out] if opts.out else [])
