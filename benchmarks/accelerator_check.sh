@@ -19,14 +19,12 @@
 #    step alone, loop against vmap (benchmarks/many_models.py; docs/many_models.md), of MM_CONFIG
 #    (MM_ARGS adds flags: the scale network, whose vmap is unmeasured on a GPU, is
 #    MM_CONFIG=configs/digits_scale.py MM_ARGS="--override=--config.model.width_divisor=2");
-# 8. the reviewer's protocol (launch/study_protocol.py, docs/results/protocol/): PROTOCOL_STAGE
-#    of PROTOCOL_FAMILIES on PROTOCOL_DATASETS, K seeds per program, PROTOCOL_PARALLEL runs side
-#    by side on the one GPU, no new run after PROTOCOL_BUDGET_MIN minutes; its small results land
-#    in PROTOCOL_OUT/runs (default docs/results/protocol: bring them back and commit them);
-#    PROTOCOL_ARGS adds flags (e.g. --sizes 20 --seeds 0,1).
-# 9. the same inside a window of WINDOW_S seconds (launch/protocol_window.sh, its header: tuning,
-#    then the main runs a group of sizes at a time; what did not finish comes back resumable in
-#    OUTDIR/protocol_window/protocol_partial.tgz, what landed in protocol_runs.tgz).
+# 8. the digits study (python -m launch.studies digits run, docs/results/digits/README.md):
+#    PROTOCOL_STAGE of PROTOCOL_FAMILIES on PROTOCOL_DATASETS, K seeds per program,
+#    PROTOCOL_PARALLEL runs side by side on the one GPU, no new run after PROTOCOL_BUDGET_MIN
+#    minutes; each finished run lands as a row of PROTOCOL_RECORD (default
+#    docs/results/digits/runs.jsonl: bring it back and commit it); PROTOCOL_ARGS adds flags
+#    (e.g. --sizes 20 --seeds 0,1). The same command resumes what did not finish.
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
 # rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, STUDY_* and the *_S limits can
 # be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
@@ -87,11 +85,10 @@ step many_models "${MM_S:-150}" python3 benchmarks/many_models.py --platform=gpu
   --config="${MM_CONFIG:-configs/digits_std.py}" ${MM_ARGS:-} \
   --strategies="${MM_STRATEGIES:-loop,vmap}" --seeds="${MM_SEEDS:-0,1,2,3,4,5}" --epochs="${MM_EPOCHS:-10}" \
   --json "$out/many_models.json"
-step protocol "${PROTOCOL_S:-420}" python3 launch/study_protocol.py --stage "${PROTOCOL_STAGE:-main}" \
+step protocol "${PROTOCOL_S:-420}" python3 -m launch.studies digits run --stage "${PROTOCOL_STAGE:-main}" \
   --datasets "${PROTOCOL_DATASETS:-scaled_digits}" \
-  --families "${PROTOCOL_FAMILIES:-e2_pool,e2_ii,wrn_std,cnn}" --seeds-in-one \
-  --parallel "${PROTOCOL_PARALLEL:-6}" --runs-per-gpu "${PROTOCOL_PARALLEL:-6}" \
-  --budget-minutes "${PROTOCOL_BUDGET_MIN:-5}" --runs-dir "${PROTOCOL_RUNS:-/tmp/protocol_runs}" \
-  --out "${PROTOCOL_OUT:-docs/results/protocol}" ${PROTOCOL_ARGS:-}
-step protocol_window $((${WINDOW_S:-420} + 90)) bash launch/protocol_window.sh "$out/protocol_window"
+  --families "${PROTOCOL_FAMILIES:-e2_pool,e2_ii,wrn_std,cnn}" --seeds_in_one \
+  --parallel "${PROTOCOL_PARALLEL:-6}" --runs_per_gpu "${PROTOCOL_PARALLEL:-6}" \
+  --budget_minutes "${PROTOCOL_BUDGET_MIN:-5}" --runs_dir "${PROTOCOL_RUNS:-/tmp/protocol_runs}" \
+  --record "${PROTOCOL_RECORD:-docs/results/digits/runs.jsonl}" ${PROTOCOL_ARGS:-}
 exit 0

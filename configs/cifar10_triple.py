@@ -2,7 +2,7 @@
 
 Table 3, CIFAR-10, II Triple (Scale, E(2) & Std.; paper: 2.68% TE).
 
-Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale, std) is its own run in
+Two phases (invjax/training/plan.py). Phase 1: each stream (e2, scale, std) is its own run in
 ``DIR/streams/<stream>`` with its own recipe (``cifar10_e2_ii.py``, ``cifar10_scale_ii.py``,
 ``cifar10_std.py``). Phase 2 in ``DIR``: the streams are loaded and frozen; the Map-E(2) head
 (each stream's invariant features mapped to the E(2) stream's width, weighted sum) and the

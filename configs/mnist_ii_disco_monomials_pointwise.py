@@ -4,7 +4,7 @@ Table 2 variant (not a row of the paper): II-DISCO with the exactly scale-invari
 
 ``mnist_ii_disco_monomials.py`` with ``model.monomial_placement='pointwise'``: every factor of a
 monomial reads the same position (products across channels, no spatial offsets), which makes
-eq. (6) exactly invariant to scaling on the continuous plane (README: "Scale-II monomials"). Same
+eq. (6) exactly invariant to scaling on the continuous plane (docs/monomials.md). Same
 pruning, recipe and hyperparameters; one feature per pair (``monomial_layout="pairs"``), since
 on one channel's map a pointwise pair is the constant 1.
 """

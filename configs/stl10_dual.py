@@ -2,7 +2,7 @@
 
 Table 3, STL-10, II Dual (Scale & E(2); paper: 5.95% TE).
 
-Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale) is its own run in
+Two phases (invjax/training/plan.py). Phase 1: each stream (e2, scale) is its own run in
 ``DIR/streams/<stream>`` with its own recipe (``stl10_e2_ii.py``, ``stl10_scale_ii.py``). Phase 2
 in ``DIR``: the streams are loaded and frozen; the Map-E(2) head (each stream's invariant features
 mapped to the E(2) stream's width, weighted sum) and the classifier train with the appendix table

@@ -2,7 +2,7 @@
 
 Table 3, SVHN, II Triple (Scale, E(2) & Std.; paper: 2.10% TE).
 
-Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale, std) is its own run in
+Two phases (invjax/training/plan.py). Phase 1: each stream (e2, scale, std) is its own run in
 ``DIR/streams/<stream>`` with its own recipe (``svhn_e2_ii.py``, ``svhn_scale_ii.py``,
 ``svhn_std.py``). Phase 2 in ``DIR``: the streams are loaded and frozen; the Map-E(2) head (each
 stream's invariant features mapped to the E(2) stream's width, weighted sum) and the classifier

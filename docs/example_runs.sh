@@ -16,7 +16,7 @@ for width in 16 32; do
   done
 done
 python3 -m invjax.report "$runs" --markdown --plot=docs/example_error_vs_n_train.png \
-  --curves=/tmp/invjax_all_curves.png
+  --curves="$runs/all_curves.png"
 # Training curves of one size and seed per width (all twelve runs would crowd the plot).
 python3 -c "
 import sys; from invjax import report

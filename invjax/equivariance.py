@@ -28,7 +28,7 @@ Measured error
 
 Precision: the measurement runs under :data:`invjax.precision.EXACT` unless told otherwise; the
 guarantee (errors of float32 rounding, below 1e-5 relative) holds at that precision (README,
-"The guarantee").
+"Precision and the guarantee").
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ class Reporter:
             )
 
     def eta(self, step: int, now: float) -> float:
-        """Seconds left at this session's mean rate (compilation included: an over-estimate
+        """Seconds left at this run's mean rate (compilation included: an over-estimate
         early on that settles as the run goes)."""
         done = step - self._step0
         if done <= 0:

@@ -147,7 +147,7 @@ def main(argv=None) -> int:
 
 def _run(p, args) -> int:
     if args.list:
-        print("model names (configs/models.py):")
+        print("model names (invjax/configs/models.py):")
         print("\n".join(f"  {n}" for n in sorted(model_configs.MODELS)))
         print("config names (configs/NAME.py):")
         print("\n".join(f"  {n}" for n in config_names()))

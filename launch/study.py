@@ -1,6 +1,9 @@
-"""The sample-complexity study on the offline digits: every family x N_t x seed, tables and plots.
+"""The first, 200-step sample-complexity study on the offline digits (superseded by the digits
+study, :mod:`launch.studies.digits`, which tunes, trains to convergence and tests its claims).
+Kept as the recipe that ``benchmarks/run_profile.py`` profiles and as a quick smoke run
+(``--quick``).
 
-    python launch/study.py --out docs/results/study [--quick] [--runs-dir runs/study]
+    python launch/study.py --out OUT [--quick] [--runs-dir runs/study]
         [--datasets scaled_digits,rotscaled_digits] [--families F,F,...] [--sizes 20,50,...,0]
         [--seeds 0,1,2] [--steps 200] [--batch-size 64] [--width-divisor 2]
         [--budget-minutes 90] [--parallel 1] [--platform auto] [--dry-run | --report-only]
@@ -53,21 +56,24 @@ import json
 import math
 import os
 import pathlib
-import runpy
 import sys
 import time
 from collections.abc import Sequence
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sweep = runpy.run_path(str(REPO / "launch" / "sweep.py"), run_name="study_sweep")
-plots = runpy.run_path(str(REPO / "launch" / "study_plots.py"), run_name="study_plots")
+if str(REPO) not in sys.path:  # run as a script: import launch, configs and invjax of this checkout
+    sys.path.insert(0, str(REPO))
+
+from launch import sweep  # noqa: E402
+from launch.studies import plots  # noqa: E402
+from launch.studies.plan import prune_epochs  # noqa: E402
+from launch.studies.svm import svm_fit  # noqa: E402
+from launch.studies.svm import write_results as write_svm_results  # noqa: E402
 
 DATASETS = ("scaled_digits", "rotscaled_digits")
 N_ALL = 1079  # the digits' training split
 # The monomial network's settings (sizes, x2 upsampling, recipe): configs/digits_monomials.py.
 MONO_STEM = "digits_monomials"
-PAPER_EPOCHS, PAPER_PRUNE_EPOCHS = 60, (5, 10)
 # family -> (config stem, overrides); None = the RBF-SVM (no network).
 FAMILIES: dict[str, tuple[str, dict] | None] = {
     "cnn": ("digits_cnn", {}),
@@ -87,7 +93,7 @@ FAMILIES: dict[str, tuple[str, dict] | None] = {
 WRN_STEMS = ("digits_std", "digits_e2", "digits_scale")
 # The multi-stream configs' streams, read from the configs themselves.
 STREAMS = {
-    stem: tuple(sweep["load_config"](stem, {}).model.streams)
+    stem: tuple(sweep.load_config(stem, {}).model.streams)
     for stem in ("digits_dual", "digits_triple")
 }
 FULL = {
@@ -127,18 +133,6 @@ def schedule(n_train: int, steps: int, batch_size: int) -> dict:
         "lr_boundaries": (boundary,),
         "eval_every_epochs": max(1, epochs // 8),
     }
-
-
-def prune_epochs(num_epochs: int) -> tuple[int, int]:
-    """The monomial pruning rule: after the same fractions of training as the paper's 5 and 10 of
-    60 epochs, ``round(E * 5 / 60)`` and ``round(E * 10 / 60)`` (at least 1, and the second
-    at least one epoch after the first).
-
-    The fixed epochs 5 and 10 would prune 25 -> 5 monomials after 10 and 20 of the 200 steps at
-    N_t = 100 (2 batches per epoch), ranking pairs by a network that has learnt nothing yet.
-    """
-    first = max(1, round(num_epochs * PAPER_PRUNE_EPOCHS[0] / PAPER_EPOCHS))
-    return first, max(first + 1, round(num_epochs * PAPER_PRUNE_EPOCHS[1] / PAPER_EPOCHS))
 
 
 def label(n_train: int) -> str:
@@ -188,13 +182,13 @@ def plan(
                     ov.update({f"train.{k}": v for k, v in train.items()})
                     multi = stem in STREAMS
                     point.append(
-                        sweep["Run"](f"{dataset}/{family}", stem, ov, (n, seed), workdir, multi)
+                        sweep.Run(f"{dataset}/{family}", stem, ov, (n, seed), workdir, multi)
                     )
                 # single-stream runs first, so that dual / triple reuse their streams
                 point = [r for r in point if not r.multi] + [r for r in point if r.multi]
                 from invjax.training import plan
 
-                sweep["_share_streams"](point, plan)
+                sweep._share_streams(point, plan)
                 runs += point
     return runs, svm
 
@@ -203,75 +197,6 @@ def plan(
 
 SVM_C = (1.0, 10.0, 100.0)
 SVM_GAMMA = (0.3, 1.0, 3.0)  # times scikit-learn's 'scale': 1 / (n_features * var(X_train))
-
-
-def svm_fit(point: dict, grid: Sequence[tuple[float, float]]):
-    """RBF-SVMs on the point's exact splits (``data.*`` keys, ``seed``; ``data.val_source`` /
-    ``data.val_fraction`` where given): one per ``(C, gamma x scale)`` of ``grid``, the lowest
-    validation error kept (ties: the first). scikit-learn's 'scale' is
-    ``1 / (n_features var(X_train))``; pixels standardised by the training split's mean and std
-    (as the networks' inputs). Returns ``(fit, error)``: ``fit`` has ``ds``, ``cfg``, ``clf``,
-    ``C``, ``gamma`` (absolute), ``val_error``, ``t0``; ``error(split)`` is the error [%] of
-    ``'train'``, ``'val'`` or ``'test'``."""
-    import types
-
-    import numpy as np
-    from sklearn.svm import SVC
-
-    from invjax import data
-
-    t0 = time.perf_counter()
-    cfg = data.default_config()
-    cfg.name, cfg.n_train, cfg.seed = point["data.name"], point["data.n_train"], point["seed"]
-    cfg.realisation = point["data.realisation"]
-    if "data.val_source" in point:
-        cfg.val_source, cfg.val_fraction = point["data.val_source"], point["data.val_fraction"]
-    ds = data.load(cfg)
-    flat = lambda s: ((s.images.reshape(len(s), -1) - ds.mean[0]) / ds.std[0]).astype(np.float64)
-    x = {"train": flat(ds.train), "val": flat(ds.val), "test": flat(ds.test)}
-    scale = 1.0 / (x["train"].shape[1] * x["train"].var())
-    best = None
-    for c, g in grid:
-        clf = SVC(C=c, gamma=g * scale, kernel="rbf").fit(x["train"], ds.train.labels)
-        err = 100.0 * float(np.mean(clf.predict(x["val"]) != ds.val.labels))
-        if best is None or err < best[0]:
-            best = (err, c, g * scale, clf)
-    val_error, c, gamma, clf = best
-
-    def error(split: str) -> float:
-        return 100.0 * float(np.mean(clf.predict(x[split]) != getattr(ds, split).labels))
-
-    fit = types.SimpleNamespace(
-        ds=ds, cfg=cfg, clf=clf, C=c, gamma=gamma, val_error=val_error, t0=t0
-    )
-    return fit, error
-
-
-def write_svm_results(point: dict, fit, errors: dict, hps: dict) -> dict:
-    """``point['workdir']/results.json`` of an SVM fit, as a run's: ``errors``, the model's
-    size and splits, ``hps`` (how C and gamma were set), the data config and the wall time."""
-    import ml_collections
-
-    clf, ds = fit.clf, fit.ds
-    results = {
-        **errors,
-        "params": int(clf.support_vectors_.size + clf.dual_coef_.size + clf.intercept_.size),
-        "n_train": len(ds.train),
-        "n_val": len(ds.val),
-        "n_test": len(ds.test),
-        "seed": point["seed"],
-        "dataset": ds.name,
-        "model": "rbf_svm",
-        **hps,
-        "config": ml_collections.ConfigDict(fit.cfg).to_dict(),
-        "wall_time_s": time.perf_counter() - fit.t0,
-    }
-    os.makedirs(point["workdir"], exist_ok=True)
-    tmp = os.path.join(point["workdir"], "results.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=1)
-    os.replace(tmp, os.path.join(point["workdir"], "results.json"))
-    return results
 
 
 def run_svm(point: dict) -> dict:
@@ -442,7 +367,7 @@ def plot(rows: Sequence[dict], out: str) -> list[str]:
             lines.append((family, x, m, s, "--" if family in ("cnn", "svm") else "-", i))
         path = os.path.join(out, f"error_vs_n_train_{dataset}.png")
         written.append(
-            plots["error_figure"](
+            plots.error_figure(
                 lines,
                 path,
                 title=f"{dataset}: mean ± std over seeds",
@@ -579,7 +504,7 @@ def parse(argv: Sequence[str] | None):
             if not ok:
                 raise ValueError(f"{name}={v} is invalid: it must be >= 1")
         if not (args.dry_run or args.report_only):
-            sweep["slot_envs"](args.parallel, 1, args.platform)  # enough GPUs: say so now
+            sweep.slot_envs(args.parallel, 1, args.platform)  # enough GPUs: say so now
     except ValueError as e:
         msg = str(e)
         if "--sizes" in msg:
@@ -632,10 +557,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
     status, left = 0, 0
-    points = sweep["by_point"](runs)
+    points = sweep.by_point(runs)
     for k in range(0, len(points), args.parallel):  # `parallel` points side by side
         if args.budget_minutes and time.perf_counter() - t0 > 60 * args.budget_minutes:
-            left = sum(1 for g in points[k:] for r in g if not sweep["finished"](r))
+            left = sum(1 for g in points[k:] for r in g if not sweep.finished(r))
             print(
                 f"study: time budget of {args.budget_minutes:g} min spent: {left} network runs "
                 "not started (the same command resumes them)",
@@ -643,9 +568,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             break
         batch = [r for g in points[k : k + args.parallel] for r in g]
-        status |= sweep["run_local"](batch, args.parallel, 1, args.platform)
+        status |= sweep.run_local(batch, args.parallel, 1, args.platform)
     took = time.perf_counter() - t0
-    done = sum(sweep["finished"](r) for r in runs)
+    done = sum(sweep.finished(r) for r in runs)
     print(
         f"study: {done} of {len(runs)} network runs and {len(svm)} SVM fits finished; "
         f"this command took {took / 60:.1f} min",

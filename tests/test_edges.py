@@ -1,6 +1,6 @@
-"""Issue 20, items 5 and 6: values the checks let through, and messages that misled.
+"""Values the checks once let through, and messages that misled.
 
-Each test reproduces one failure of the issue (named in its docstring) and asserts the fix.
+Each test reproduces one earlier failure (named in its docstring) and asserts the fix.
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ def test_phase_two_trains_only_the_head_on_the_loaded_streams(finished):
 
 
 def test_the_job_logs_its_remaining_steps_and_eta(finished):
-    """Issue 20, 6: a multi-stage job had no ETA for the whole job. Each stage's line names the
+    """A multi-stage job once had no ETA for the whole job. Each stage's line names the
     job's remaining steps (2 streams and the head, 2 epochs of 2 steps each: 12) and, from the
     second stage on, the job's ETA at the rate so far."""
     _, _, _, said = finished

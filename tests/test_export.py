@@ -37,7 +37,7 @@ from invjax.models.simple import SimpleCNN
 from invjax.models.wrn import WideResNet
 from invjax.ops import scale as scale_ops
 
-BOUND = 1e-5  # the brief's bound; measured maxima are in the comments of each test
+BOUND = 1e-5  # the guarantee's bound; measured maxima are in the comments of each test
 
 
 def random_variables(model, x, seed=0):

@@ -1,4 +1,4 @@
-"""``python -m invjax.export``: a finished run out as a self-describing directory (issue 20, 1).
+"""``python -m invjax.export``: a finished run out as a self-describing directory.
 
 The failure it fixes: an exported model fed the dataset's own [0, 1] digits gave 77% test error
 instead of the run's 2%, silently (it expected normalised images and said nothing). Now the
@@ -82,7 +82,7 @@ def test_out_of_contract_images_are_one_message(exported):
     model = load(out)
     x = _digits_test().images[:3]
     bad = {
-        "float64": x.astype(np.float64),  # the issue's silent failure: another encoding
+        "float64": x.astype(np.float64),  # the old silent failure: another encoding
         "uint8": np.rint(x * 255).astype(np.uint8),
         "0..255 floats": x * 255.0,
         "NaN": np.where(np.arange(x.size).reshape(x.shape) == 5, np.nan, x).astype(np.float32),
@@ -177,7 +177,7 @@ def test_measured_invariance_of_raw_images(monkeypatch):
 
 
 def test_invariance_json_names_the_checkpoint_step(exported, capsys):
-    """Issue 20, 6: the invariance JSON did not name the checkpoint step it measured."""
+    """The invariance JSON once did not name the checkpoint step it measured."""
     from invjax import invariance as I
 
     run, out, results, _ = exported

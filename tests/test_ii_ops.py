@@ -14,7 +14,7 @@ from invjax.data.digits import digits
 from invjax.equivariance import relative_error
 from invjax.ops import ii
 
-RTOL = 1e-5  # "the two agree to 1e-5 relative" (issue 3): max |fast - ref| / max |ref|
+RTOL = 1e-5  # "the two agree to 1e-5 relative": max |fast - ref| / max |ref|
 
 
 def rel(a, b) -> float:

@@ -120,7 +120,7 @@ def test_table1_monomials_on_tiny_digits_need_the_upsampled_input():
     assert mean[pairs]["Input x2"] < 3 and median[pairs]["Input x2"] * 10 < median[pairs]["Input"]
     avg = mean["Average Pooling"]["Input x2"]
     assert mean["Scale-II Monomials"]["Input x2"] * 5 < avg
-    # the order-3 layer: 10x below average pooling on the x2 input (issue 18's bar), mean and median
+    # the order-3 layer: 10x below average pooling on the x2 input (the target of docs/monomials.md), mean and median
     order3 = "Scale-II Monomials (order 3)"
     assert mean[order3]["Input x2"] * 10 < avg and median[order3]["Input x2"] * 10 < avg
     assert median[order3]["Input"] * 5 < avg  # the tiny raw digits still have a tail (mean 0.85)

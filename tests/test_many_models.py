@@ -99,7 +99,7 @@ def single1(tmp_path_factory):
     """The single run with seed 1 (today's path, ``seeds`` unset): its workdir and plan."""
     workdir = str(tmp_path_factory.mktemp("single") / "run")
     config = tiny()
-    config.seed = 1  # configs/base.py: data.seed follows
+    config.seed = 1  # invjax/configs/base.py: data.seed follows
     plan = plan_lib.check(config, workdir)
     dataset = plan.stages[0].experiment.dataset
     plan_lib.execute(plan)

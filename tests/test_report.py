@@ -359,7 +359,7 @@ def _labels(fig, axis, minor=False):
 
 @pytest.mark.parametrize("lo, hi", [(0.62, 0.95), (0.9, 2.3), (0.05, 2.3), (1e-4, 2.3)])
 def test_loss_axis_ticks_do_not_overlap(lo, hi):
-    """Issue 20: the loss axis of the training curves labelled every minor tick of a narrow log
+    """The loss axis of the training curves once labelled every minor tick of a narrow log
     range (overlapping). Now 2+ labels, in one plain notation, none overlapping."""
     plt = pytest.importorskip("matplotlib.pyplot")
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
@@ -380,7 +380,7 @@ def test_loss_axis_ticks_do_not_overlap(lo, hi):
 
 
 def test_n_train_ticks_in_one_notation(runs, tmp_path):
-    """Issue 20: the N_t axis mixed ``2x10^1`` (minor ticks) with ``100``: now one tick per
+    """The N_t axis once mixed ``2x10^1`` (minor ticks) with ``100``: now one tick per
     training size of the plot, all plain numbers."""
     plt = pytest.importorskip("matplotlib.pyplot")
     fig, ax = plt.subplots()
@@ -393,7 +393,7 @@ def test_n_train_ticks_in_one_notation(runs, tmp_path):
 
 
 def test_parameter_counts_in_one_unit():
-    """Issue 20: counts were ``36.48M`` beside ``7234``; now one unit for the column."""
+    """Counts were once ``36.48M`` beside ``7234``; now one unit for the column."""
     rows = [{"params": 36_479_194}, {"params": 7_234}, {"params": [1_500_000, 2_000_000]}]
     unit = report.params_unit(report._flat_counts(rows))
     assert unit[0] == "M"

@@ -16,7 +16,7 @@ Objective (DISCO, Section 3)
 
   "convolve at the larger scale, then bicubic-downscale by r" against "bicubic-downscale by r,
   then convolve at the smaller scale", for every pair of scales (as DISCO does; the pairs with
-  ``i = 0`` are the brief's "downscale then convolve with psi_1"). ``*`` is
+  ``i = 0`` are "downscale then convolve with psi_1"). ``*`` is
   :func:`invjax.ops.conv.conv2d`, ``L_{1/r}`` is :func:`invjax.groups.scale` (bicubic about the
   image centre). ``p`` runs over a central box where neither side sees the frame:
   ``|p| <= N/(2r) - k//2 - 3``. Images: uniform white noise ``N x N`` (DISCO: random images).

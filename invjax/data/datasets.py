@@ -301,7 +301,9 @@ def load(cfg) -> Dataset:
             )
         val = Split(train.images[:0], train.labels[:0])
     elif val is None or opts["val_source"] == "train":  # 80:20 where none is defined / asked
-        tr, va = subsets.validation_split(train.labels, opts["val_fraction"], VAL_SPLIT_SEED)
+        tr, va = subsets.validation_split(
+            train.labels, opts["val_fraction"], VAL_SPLIT_SEED, opts["class_names"]
+        )
         train, val = train.take(tr), train.take(va)
     if opts["n_train"]:
         pool = len(train)

@@ -65,15 +65,38 @@ def stratified_split(labels, sizes, seed: int | tuple[int, ...]) -> list[np.ndar
     return [np.sort(np.concatenate(o)) for o in out[: len(sizes)]]
 
 
-def validation_split(labels, val_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def validation_split(
+    labels, val_fraction: float, seed: int = 0, class_names=None
+) -> tuple[np.ndarray, np.ndarray]:
     """The paper's 80:20 train/validation split (``val_fraction=0.2``), stratified.
 
     Drawn with a fixed ``seed`` so the validation set is the same for every model, subset size
     and subset seed. Returns ``(train_idx, val_idx)``, sorted.
+
+    A class that would keep no training image (with few images per class the largest-remainder
+    rounding can give a class's only image to the validation split) is refused with one
+    ValueError naming the class (``class_names[label]`` where given) and its counts: a model
+    that never sees a class in training is not what was asked for.
     """
     labels = _check_labels(labels)
     n_val = int(round(len(labels) * float(val_fraction)))
     train_idx, val_idx = stratified_split(labels, [len(labels) - n_val, n_val], seed)
+    num_classes = max(int(labels.max(initial=-1)) + 1, len(class_names or ()))
+    kept = np.bincount(labels[train_idx], minlength=num_classes)
+    total = np.bincount(labels, minlength=num_classes)
+    lost = np.flatnonzero(kept == 0)
+    if lost.size:
+        c = int(lost[0])
+        name = f"{class_names[c]!r} (label {c})" if class_names is not None else f"{c}"
+        others = f" (and {lost.size - 1} more class(es) alike)" if lost.size > 1 else ""
+        if total[c] == 0:
+            raise ValueError(f"class {name}{others} has no image in the training split")
+        raise ValueError(
+            f"class {name}{others} has {int(total[c])} training image(s) and the validation "
+            f"split (data.val_fraction={val_fraction}) takes all of them, leaving none to train "
+            "on: give that class more images, a predefined validation split (an image "
+            "folder's val/), or data.val_fraction=0"
+        )
     return train_idx, val_idx
 
 

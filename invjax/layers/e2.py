@@ -7,7 +7,7 @@ the bases are float64 NumPy constants closed over at trace time.
 Initialisation: coefficients ~ N(0, 2 / (fan_in * B)) with ``fan_in`` the number of input
 channels and ``B`` the basis size, which gives the expanded filter He-normal variance
 (basis functions have unit norm); e2cnn's generalised He init. (e2cnn_experiments runs
-``--deltaorth``, a delta-orthogonal init; not implemented here, see the README's differences.)
+``--deltaorth``, a delta-orthogonal init; not implemented here, see docs/differences.md.)
 
 Basis settings (``frequency_cutoff``, ``sigma``, ``rings``): those of
 :func:`invjax.bases.e2.transformed_basis`; the defaults are e2cnn's ``R2Conv`` defaults and

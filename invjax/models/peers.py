@@ -1,5 +1,5 @@
 """Parameter counts of the peers' own networks, beside which ``python -m invjax.summary`` prints
-invjax's (issue 9: the rows without II are the peers' networks).
+invjax's (the rows without II are the peers' networks).
 
 Every count was measured by building the peer's network in PyTorch (CPU, ``num_classes=10``) and
 summing ``p.numel()`` over its trainable parameters; nothing here is computed by invjax:

@@ -1,0 +1,11 @@
+"""Studies: designs of many runs, their record, their statistics and their report.
+
+One module per idea: :mod:`~launch.studies.plan` (a study's design and the runs it makes),
+:mod:`~launch.studies.run` (training them and landing each finished run in the record),
+:mod:`~launch.studies.record` (the record file, one JSON line per run),
+:mod:`~launch.studies.stats` (paired tests, Holm), :mod:`~launch.studies.report`,
+:mod:`~launch.studies.tables` and :mod:`~launch.studies.plots` (the report, regenerated from the
+record alone), :mod:`~launch.studies.svm` (the RBF-SVM anchor), :mod:`~launch.studies.pilot`
+(a training-length rule's pilot); a study's own definition in its module, e.g.
+:mod:`~launch.studies.digits`. The command: ``python -m launch.studies digits --help``.
+"""

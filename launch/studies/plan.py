@@ -1,0 +1,482 @@
+"""The design of a study: its families, claims, training-length rules, and the runs they make.
+
+A :class:`Study` names the datasets, the families (:class:`Family`: a config and how its
+hyperparameters are chosen), the claims (``(claim, better, worse, datasets)``), the training
+sizes N_t and realisations, and the rules (:class:`Rule`). From it and the record
+(:mod:`launch.studies.record`) this module derives
+
+* the tuning runs (:func:`plan_tune`): six candidates per family (learning rate x
+  ``lr_factors``, weight decay in ``weight_decays``; the RBF-SVM: ``svm_grid``) on an 80:20
+  split of the training split, the winner by the last epoch's held-out error (:func:`choose`);
+* the main runs (:func:`plan_main`): every family at every N_t and realisation with the chosen
+  hyperparameters and the length of :func:`schedule`;
+* the finished main runs of a rule, grouped for the claims (:func:`main_errors`).
+
+Run paths: ``tune/DATASET/FAMILY/<candidate>`` and ``main/DATASET/FAMILY/<label>/seed_<k>``,
+``<label>`` from :func:`run_label` (``n<N_t>``, ``nall`` for the whole split, with the rule's
+:meth:`Rule.tag` where it trains the point otherwise than the study's first rule).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Sequence
+
+from launch import sweep
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One row of a study.
+
+    ``stem``: config (None: the RBF-SVM). ``tune``: ``'own'`` (the grid on its learning rate and
+    weight decay), ``'head'`` (the grid on phase 2's, streams from :attr:`streams`' choices) or
+    ``'inherit'`` (:attr:`hp_from`'s choice, no tuning of its own). ``streams``: slot -> the
+    family whose choice trains that stream. ``steps_factor``: the training length x this.
+    ``datasets``: where it runs.
+    """
+
+    stem: str | None
+    datasets: tuple[str, ...]
+    overrides: dict = dataclasses.field(default_factory=dict)
+    tune: str = "own"
+    streams: tuple[tuple[str, str], ...] = ()
+    hp_from: str | None = None
+    steps_factor: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """The training-length rule and the shared settings of every network run."""
+
+    min_steps: int = 600
+    min_epochs: int = 60
+    batch_size: int = 64
+    width_divisor: float = 2.0
+
+    def tag(self, first: Rule) -> str:
+        """The fields that differ from ``first``, e.g. ``'e300'`` (``''``: none)."""
+        short = {"min_steps": "s", "min_epochs": "e", "batch_size": "b", "width_divisor": "w"}
+        return "".join(
+            f"{short[f.name]}{getattr(self, f.name):g}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(first, f.name)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A study's design (the digits study: :data:`launch.studies.digits.STUDY`).
+
+    ``n_all``: the training split's size (N_t = 0 means all of it); ``n_tune``: the training
+    images of the tuning split (``1 - val_fraction`` of ``n_all``). ``first_rule``: the rule
+    the study started with (its runs' directories are named by N_t alone); ``main_rule``: the
+    main runs' rule; the tuning runs keep ``first_rule``'s ``tune_rule_fields``. ``wrn_stems``
+    take ``model.width_divisor``; ``mono_stem`` prunes at :func:`prune_epochs`.
+    """
+
+    name: str
+    datasets: tuple[str, ...]
+    families: dict[str, Family]
+    claims: tuple[tuple[str, str, str, tuple[str, ...]], ...]
+    sizes: tuple[int, ...]
+    seeds: tuple[int, ...]
+    n_all: int
+    val_fraction: float
+    lr_factors: tuple[float, ...]
+    weight_decays: tuple[float, ...]
+    svm_grid: tuple[tuple[float, float], ...]
+    first_rule: Rule
+    main_rule: Rule
+    tune_rule_fields: tuple[str, ...] = ("min_steps", "min_epochs")
+    tune_realisation: int = 0
+    precision: str = "highest"
+    wrn_stems: tuple[str, ...] = ()
+    mono_stem: str | None = None
+    anchors: tuple[str, ...] = ()
+
+    @property
+    def n_tune(self) -> int:
+        return self.n_all - round(self.n_all * self.val_fraction)
+
+
+# ----------------------------------------------------------------------------- training length
+
+
+def schedule(n_train: int, rule: Rule, n_all: int, factor: float = 1.0) -> dict:
+    """``train.*`` overrides of one run with ``n_train`` images (0 = all ``n_all``).
+
+    ``E = ceil(factor * max(min_epochs, ceil(min_steps / ceil(N / B))))`` epochs (an epoch has
+    ``ceil(N / B)`` batches of ``min(B, N)``), one x0.1 decay after ``round(2E/3)``, the
+    held-out / validation split evaluated and a checkpoint saved every ``max(1, E // 10)`` epochs
+    (the evaluation is watched only), the last epoch reported.
+    """
+    n = n_train or n_all
+    per_epoch = math.ceil(n / rule.batch_size)
+    epochs = math.ceil(factor * max(rule.min_epochs, math.ceil(rule.min_steps / per_epoch)))
+    return {
+        # a training set smaller than a batch is one batch (invjax refuses a larger batch)
+        "batch_size": min(rule.batch_size, n),
+        "num_epochs": epochs,
+        "lr_boundaries": (min(max(1, round(2 * epochs / 3)), epochs - 1),),
+        "eval_every_epochs": max(1, epochs // 10),
+        # a save every 10% of the run (and at its end, and on SIGTERM): at N_t = 20 a save per
+        # epoch is a save per step (docs/many_models.md's profile: 45% of the steps' time)
+        "checkpoint_every_epochs": max(1, epochs // 10),
+        "select_best": False,
+    }
+
+
+def head_schedule(n_train: int, rule: Rule, n_all: int) -> dict:
+    """Phase 2 of the two-phase networks: the head's epochs are the streams' / 4 (the paper)."""
+    s = schedule(n_train, rule, n_all)
+    epochs = max(2, math.ceil(s["num_epochs"] / 4))
+    return s | {
+        "num_epochs": epochs,
+        "lr_boundaries": (min(max(1, round(2 * epochs / 3)), epochs - 1),),
+        "eval_every_epochs": max(1, epochs // 10),
+        "checkpoint_every_epochs": max(1, epochs // 10),
+    }
+
+
+PAPER_EPOCHS, PAPER_PRUNE_EPOCHS = 60, (5, 10)
+
+
+def prune_epochs(num_epochs: int) -> tuple[int, int]:
+    """The monomial pruning rule: after the same fractions of training as the paper's 5 and 10 of
+    60 epochs, ``round(E * 5 / 60)`` and ``round(E * 10 / 60)`` (at least 1, and the second
+    at least one epoch after the first): fixed epochs 5 and 10 would rank the pairs by a
+    network that has learnt nothing yet where an epoch is one or two steps."""
+    first = max(1, round(num_epochs * PAPER_PRUNE_EPOCHS[0] / PAPER_EPOCHS))
+    return first, max(first + 1, round(num_epochs * PAPER_PRUNE_EPOCHS[1] / PAPER_EPOCHS))
+
+
+def tune_rule(study: Study, rule: Rule) -> Rule:
+    """The rule of the tuning runs under main rule ``rule``: its batch and widths, the first
+    rule's length (``study.tune_rule_fields``)."""
+    first = study.first_rule
+    return dataclasses.replace(rule, **{f: getattr(first, f) for f in study.tune_rule_fields})
+
+
+def run_label(study: Study, n_train: int, rule: Rule | None = None) -> str:
+    """A main run's directory name at ``n_train``: ``n<N_t>`` (``nall``) where ``rule`` trains
+    the point as the first rule does (same schedule and widths), else with the rule's
+    :meth:`Rule.tag`, e.g. ``n300_e300``. The runs of two rules then never share a directory,
+    and a rule's runs that are identical to the first rule's are the same runs."""
+    first = study.first_rule
+    rule = rule or first
+    base = f"n{n_train}" if n_train else "nall"
+    same = schedule(n_train, rule, study.n_all) == schedule(n_train, first, study.n_all)
+    if same and rule.width_divisor == first.width_divisor:
+        return base
+    return f"{base}_{rule.tag(first)}"
+
+
+def family_label(study: Study, family: str, n_train: int, rule: Rule) -> str:
+    """:func:`run_label` of ``family``'s runs: the SVM has no epochs, so every rule fits it as
+    the first rule did and its runs keep their directories."""
+    fam = study.families[family]
+    return run_label(study, n_train, rule if fam.stem is not None else study.first_rule)
+
+
+def parse_label(study: Study, label: str) -> int | None:
+    """N_t of a :func:`run_label` (``n_all`` for ``nall``, ``nall_e300``), None for others."""
+    size = label.partition("_")[0]
+    if size == "nall":
+        return study.n_all
+    if size[:1] == "n" and size[1:].isdigit():
+        return int(size[1:])
+    return None
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def _fmt_num(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def candidates(study: Study, family: str) -> list[tuple[str, dict]]:
+    """The tuning candidates ``[(label, HPs)]`` of a family that tunes (the same six for all)."""
+    fam = study.families[family]
+    if fam.stem is None:
+        return [(f"C{c:g}_g{g:g}", {"svm_C": c, "svm_gamma": g}) for c, g in study.svm_grid]
+    base = sweep.load_config(fam.stem, fam.overrides).train.learning_rate
+    out = []
+    for f in study.lr_factors:
+        for wd in study.weight_decays:
+            lr = float(_fmt_num(base * f))
+            out.append((f"lr{_fmt_num(lr)}_wd{wd:.0e}", {"learning_rate": lr, "weight_decay": wd}))
+    return out
+
+
+def data_overrides(study: Study, dataset: str, n_train: int, seed: int, tune: bool) -> dict:
+    """The ``data.*`` and ``seed`` overrides of a run: realisation = seed for the main runs;
+    the tuning runs on ``tune_realisation``'s 80:20 split of the training split."""
+    d = {"data.name": dataset, "data.n_train": n_train, "seed": seed}
+    d["data.realisation"] = study.tune_realisation if tune else seed
+    if tune:
+        d |= {"data.val_source": "train", "data.val_fraction": study.val_fraction}
+    return d
+
+
+def _model_overrides(study: Study, family: str) -> dict:
+    """The ``model.*`` overrides a family's network takes (also as a stream of another)."""
+    return {k: v for k, v in study.families[family].overrides.items() if k.startswith("model.")}
+
+
+def network_overrides(
+    study: Study,
+    family: str,
+    dataset: str,
+    n_train: int,
+    seed: int,
+    hps: dict,
+    rule: Rule,
+    tune: bool,
+) -> dict:
+    """All ``--config.*`` overrides of one network run.
+
+    ``hps``: family -> ``{'learning_rate', 'weight_decay'}`` chosen (for the multi-stream
+    families also their streams' families); the tuning stage passes the candidate under
+    ``family`` itself. A tuning run trains for :func:`tune_rule`'s length whatever ``rule``.
+    """
+    fam = study.families[family]
+    n_eff = study.n_tune if tune else n_train
+    rule = tune_rule(study, rule) if tune else rule
+    ov = data_overrides(study, dataset, n_train, seed, tune) | dict(fam.overrides)
+    own = hps[fam.hp_from or family]
+    if fam.streams:
+        config = sweep.load_config(fam.stem, {})
+        for slot, slot_family in fam.streams:
+            for k, v in _model_overrides(study, slot_family).items():
+                ov[f"model.streams.{slot}.{k.removeprefix('model.')}"] = v
+            star = float(config.model.streams[slot].get("width_divisor", 1.0) or 1.0)
+            ov[f"model.streams.{slot}.width_divisor"] = star * rule.width_divisor
+            train = schedule(n_eff, rule, study.n_all) | hps[slot_family]
+            ov.update({f"phase1.{slot}.train.{k}": v for k, v in train.items()})
+        train = head_schedule(n_eff, rule, study.n_all) | own
+    else:
+        train = schedule(n_eff, rule, study.n_all, fam.steps_factor) | own
+        if fam.stem in study.wrn_stems:
+            ov["model.width_divisor"] = rule.width_divisor
+        if fam.stem == study.mono_stem:
+            ov["model.prune_epochs"] = prune_epochs(train["num_epochs"])
+    ov.update({f"train.{k}": v for k, v in train.items()})
+    ov["precision"] = study.precision
+    return ov
+
+
+def make_run(study: Study, family: str, workdir: str, ov: dict, point: tuple) -> sweep.Run:
+    fam = study.families[family]
+    return sweep.Run(family, fam.stem, ov, point, workdir, bool(fam.streams))
+
+
+# ----------------------------------------------------------------------------- choices
+
+
+def tuning_results(study: Study, rows: dict, dataset: str, family: str) -> dict[str, dict]:
+    """label -> row of the family's finished tuning runs (``rows``: run path -> row)."""
+    out = {}
+    for label, _ in candidates(study, family):
+        r = rows.get(f"tune/{dataset}/{family}/{label}")
+        if r is not None:
+            out[label] = r
+    return out
+
+
+def choose(study: Study, results: dict[str, dict], family: str) -> dict | None:
+    """The winning candidate once all of the family's candidates finished, else None.
+
+    Lowest held-out error of the last epoch; ties: lower held-out loss (the SVM has none), then
+    the earlier candidate in :func:`candidates`."""
+    cands = candidates(study, family)
+    if any(label not in results for label, _ in cands):
+        return None
+
+    def key(item):
+        i, (label, _) = item
+        r = results[label]
+        loss = r.get("val_loss")
+        return (r["val_error"], loss if isinstance(loss, int | float) else 0.0, i)
+
+    i, (label, hp) = min(enumerate(cands), key=key)
+    return {"label": label, "hps": hp, "val_error": results[label]["val_error"]}
+
+
+def chosen_hps(study: Study, rows: dict, dataset: str) -> dict:
+    """family -> :func:`choose` for every tuning family of ``dataset`` that finished."""
+    out = {}
+    for family, fam in study.families.items():
+        if fam.tune == "inherit" or dataset not in fam.datasets:
+            continue
+        c = choose(study, tuning_results(study, rows, dataset, family), family)
+        if c is not None:
+            out[family] = c
+    return out
+
+
+def main_errors(
+    study: Study, rows: Sequence[dict], rule: Rule, sizes: Sequence[int] | None = None
+) -> dict:
+    """(dataset, family, N_t) -> {seed: row} of the finished main runs that ``rule`` trains
+    (label :func:`family_label` ``(N_t, rule)``; other rules' runs are left out), at the N_t in
+    ``sizes`` (None: every N_t), with a finite test error; sorted by path."""
+    out: dict[tuple, dict] = {}
+    for r in sorted(rows, key=lambda r: r["run"].split("/")):
+        if r["stage"] != "main" or r["family"] not in study.families:
+            continue
+        n = parse_label(study, r["label"])
+        if n is None or r["label"] != family_label(
+            study, r["family"], 0 if n == study.n_all else n, rule
+        ):
+            continue
+        if sizes is not None and n not in sizes:
+            continue
+        if math.isfinite(r.get("test_error") if r.get("test_error") is not None else math.nan):
+            out.setdefault((r["dataset"], r["family"], n), {})[r["seed"]] = r
+    return out
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def plan_tune(
+    study: Study, runs_dir: str, dataset: str, families: Sequence[str], rule: Rule, chosen: dict
+):
+    """The tuning runs of one dataset: ``(network runs, SVM fits, families waiting)``.
+
+    Single-stream families with ``tune='own'`` first (cheap ones first, the order of
+    ``families``); the heads of ``tune='head'`` families only once their streams' families
+    have a choice in ``chosen`` (else they wait: listed in the third item), on those chosen
+    runs (shared phase 1).
+    """
+    from invjax.training import plan
+
+    runs, svm, waiting = [], [], []
+    for family in families:
+        fam = study.families[family]
+        if dataset not in fam.datasets or fam.tune == "inherit":
+            continue
+        if fam.tune == "head" and not all(f in chosen for _, f in fam.streams):
+            waiting.append(family)
+            continue
+        base = os.path.join(runs_dir, "tune", dataset, family)
+        point = []
+        if fam.tune == "head":  # the chosen stream runs, so that phase 1 reuses them
+            for _, f in fam.streams:
+                label = chosen[f]["label"]
+                ov = network_overrides(study, f, dataset, 0, 0, {f: chosen[f]["hps"]}, rule, True)
+                wd = os.path.join(runs_dir, "tune", dataset, f, label)
+                run = make_run(study, f, wd, ov, (dataset,))
+                if all(r.workdir != run.workdir for r in point):
+                    point.append(run)
+        for label, hp in candidates(study, family):
+            workdir = os.path.join(base, label)
+            if fam.stem is None:
+                svm.append(data_overrides(study, dataset, 0, 0, True) | hp | {"workdir": workdir})
+                continue
+            hps = {family: hp} | {f: chosen[f]["hps"] for _, f in fam.streams}
+            ov = network_overrides(study, family, dataset, 0, 0, hps, rule, True)
+            point.append(make_run(study, family, workdir, ov, (dataset, family)))
+        if fam.tune == "head":
+            sweep._share_streams(point, plan)
+            point = [r for r in point if r.multi]  # the stream runs are the families' own
+        runs += point
+    return runs, svm, waiting
+
+
+def plan_main(
+    study: Study,
+    runs_dir: str,
+    dataset: str,
+    families: Sequence[str],
+    sizes: Sequence[int],
+    seeds: Sequence[int],
+    rule: Rule,
+    chosen: dict,
+):
+    """The main runs of one dataset: ``(network runs, SVM fits, families without HPs)``.
+
+    Ordered by N_t, then seed; within one point the single-stream runs first so that the
+    multi-stream runs reuse them as phase 1 (:func:`launch.sweep._share_streams`): a two-phase
+    family brings its stream families along, whether ``families`` names them or not. A family
+    (or a stream of it) whose tuning is not finished is left out and named.
+    """
+    from invjax.training import plan
+
+    def need(f: str) -> set[str]:
+        fam = study.families[f]
+        return {fam.hp_from or f} | {s for _, s in fam.streams}
+
+    fams = [f for f in families if dataset in study.families[f].datasets]
+    # A two-phase family's streams are planned with it (the finished ones are skipped), so that
+    # phase 1 reuses their families' runs of the point instead of training private copies in
+    # DIR/streams (which, on another device than the family's run, would differ from it).
+    # (triple_std names wrn_std in all three slots: each family is planned once.)
+    for family in list(fams):
+        fams += [s for _, s in study.families[family].streams]
+    fams = list(dict.fromkeys(fams))
+    missing = [f for f in fams if not need(f) <= set(chosen)]
+    fams = [f for f in fams if f not in missing]
+    hps = {f: c["hps"] for f, c in chosen.items()}
+    runs, svm = [], []
+    for n in sizes:
+        for seed in seeds:
+            point = []
+            for family in fams:
+                label = family_label(study, family, n, rule)
+                workdir = os.path.join(runs_dir, "main", dataset, family, label, f"seed_{seed}")
+                if study.families[family].stem is None:
+                    data = data_overrides(study, dataset, n, seed, False)
+                    svm.append(data | hps["svm"] | {"workdir": workdir})
+                    continue
+                ov = network_overrides(study, family, dataset, n, seed, hps, rule, False)
+                point.append(make_run(study, family, workdir, ov, (dataset, n, seed)))
+            point = [r for r in point if not r.multi] + [r for r in point if r.multi]
+            sweep._share_streams(point, plan)
+            runs += point
+    return runs, svm, missing
+
+
+def seeds_in_one(study: Study, runs: Sequence) -> list:
+    """Group single-stream runs of one (dataset, family, N_t) over seeds into one K-model run
+    (``--config.seeds``, workdir ``.../n<N_t>``); multi-stream runs stay as they are.
+
+    Model k of the group uses realisation k (``--config.realisation_from_seed=True``), as the
+    single runs do; refused (ValueError) if the config keys are missing or a run does not. A
+    group stands where its first run stood, so that a point's seed groups come before the
+    multi-stream runs that reuse them as phase 1."""
+    from invjax.configs import base
+
+    if "seeds" not in base.get_config():
+        raise ValueError(
+            "--seeds_in_one needs invjax.main's --config.seeds, which invjax/configs/base.py "
+            "does not have: run without it"
+        )
+    groups: dict[tuple, list] = {}
+    order: list = []  # a multi-stream run, or the key of a group where its first run stood
+    for r in runs:
+        if r.multi:
+            order.append(r)
+            continue
+        key = (r.experiment, os.path.dirname(r.workdir))
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append(r)
+    out = []
+    for item in order:
+        if not isinstance(item, tuple):
+            out.append(item)
+            continue
+        family, workdir = item
+        rs = groups[item]
+        ov = {k: v for k, v in rs[0].overrides.items() if k not in ("seed", "data.realisation")}
+        if any(r.overrides.get("data.realisation") != r.overrides["seed"] for r in rs):
+            raise ValueError(f"--seeds_in_one: {family}'s runs do not use realisation = seed")
+        ov["seeds"] = tuple(r.overrides["seed"] for r in rs)
+        ov["realisation_from_seed"] = True
+        out.append(make_run(study, family, workdir, ov, rs[0].point[:2]))
+    return out

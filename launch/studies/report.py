@@ -1,0 +1,365 @@
+"""A study's report, regenerated from its record alone: ``results.md``, ``claims.json``,
+``claims_first_rule.json`` (where a later rule replaced the first at some N_t) and the figures
+``error_vs_n_train_<dataset>.png``; the convergence figures on demand (:func:`write_curves`).
+
+The same record gives the same bytes: every table is sorted by the record's run paths, never by
+the order in which runs landed, and the command line written into ``results.md`` is the
+canonical one (:func:`command`), not the one typed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+
+from launch.studies import plan, plots, stats, tables
+from launch.studies.plan import Rule, Study
+
+HOLM_FAMILIES = {"all": "every complete comparison", "claim": "each claim and dataset"}
+
+
+def claims_table(
+    study: Study, errors: dict, need: int, test: str = "t", family: str = "all"
+) -> list[dict]:
+    """Every claim of ``study.claims`` at every (dataset, N_t) that has runs of both families:
+    :func:`stats.compare` plus Holm (over the whole table, or per claim and dataset)."""
+    points = sorted({(d, n) for d, _, n in errors})
+    recs = []
+    for claim, better, worse, datasets in study.claims:
+        for dataset, n in points:
+            a = errors.get((dataset, better, n), {})
+            b = errors.get((dataset, worse, n), {})
+            if dataset not in datasets or not a or not b:
+                continue
+            ea = {s: r["test_error"] for s, r in a.items()}
+            eb = {s: r["test_error"] for s, r in b.items()}
+            c = stats.compare(ea, eb, need, test)
+            recs.append({"claim": claim, "better": better, "worse": worse, "dataset": dataset})
+            recs[-1] |= {"n_train": n, **c}
+            # which devices trained each side (a paired difference across devices carries
+            # their spread too: the README's caveats)
+            for side, rs in (("better", a), ("worse", b)):
+                on = sorted({d for r in rs.values() for d in r.get("trained_on", ["?"])})
+                recs[-1][f"trained_on_{side}"] = on
+    for g in holm_groups(recs, family):
+        stats.adjust(g)
+    return recs
+
+
+def holm_groups(recs: list[dict], family: str) -> list[list[dict]]:
+    """The comparisons of each Holm family: all together (``'all'``) or per claim and dataset
+    (``'claim'``), each in the order of ``recs``."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in recs:
+        groups.setdefault(("all",) if family == "all" else (r["claim"], r["dataset"]), []).append(r)
+    return list(groups.values())
+
+
+def with_other_holm(
+    study: Study, claims: list[dict], errors: dict, need: int, test: str, family: str
+) -> str:
+    """Add ``p_holm_<other>`` and ``verdict_<other>`` to each of ``claims`` (Holm over the
+    other family of :data:`HOLM_FAMILIES`, a sensitivity check of the primary correction);
+    return that other family's name."""
+    other = next(f for f in HOLM_FAMILIES if f != family)
+    for c, o in zip(claims, claims_table(study, errors, need, test, other), strict=True):
+        c[f"p_holm_{other}"], c[f"verdict_{other}"] = o["p_holm"], o["verdict"]
+    return other
+
+
+def planned_family_size(study: Study, family: str) -> int:
+    """How many comparisons one Holm family holds once every run of the plan has landed."""
+    per_size = sum(len(ds) for *_, ds in study.claims) if family == "all" else 1
+    return len(study.sizes) * per_size
+
+
+def with_planned_holm(study: Study, claims: list[dict], family: str) -> None:
+    """Add ``p_holm_planned`` and ``verdict_planned`` to each of ``claims``: Holm over the whole
+    planned family (every claim on its datasets at every N_t of the plan; with
+    ``family='claim'`` each claim and dataset's N_t), the comparisons not yet complete counted
+    at p = 1. Holm's adjusted p-values never rise when another p-value falls, so each bounds
+    every Holm p its comparison can get as the rest lands (its own runs unchanged): a verdict
+    supported here cannot turn."""
+    per_group = planned_family_size(study, family)
+    for recs in holm_groups(claims, family):
+        ps = [r["p"] for r in recs]
+        missing = per_group - sum(not math.isnan(p) for p in ps)
+        if missing < 0:
+            raise ValueError(f"{len(recs)} comparisons in a planned family of {per_group}")
+        for r, a in zip(recs, stats.holm(ps + [1.0] * missing), strict=False):
+            r["p_holm_planned"] = a
+            r["verdict_planned"] = "pending" if math.isnan(a) else stats.verdict(r["diff_mean"], a)
+
+
+def sensitivity_markdown(study: Study, claims: list[dict], family: str, other: str) -> list[str]:
+    """A report section: the verdicts counted under both Holm families, a table of the
+    comparisons whose verdict differs between them, and (where :func:`with_planned_holm` ran)
+    the verdicts that no later landing can turn."""
+    if not claims:
+        return []
+    _p = tables._p  # p-values as the claims tables print them
+
+    def counts(key: str) -> str:
+        n = {v: sum(c[key] == v for c in claims) for v in ("supported", "contradicted")}
+        return f"{n['supported']} supported, {n['contradicted']} contradicted"
+
+    moved = [c for c in claims if c["verdict"] != c[f"verdict_{other}"]]
+    text = [
+        "## Sensitivity: the other Holm family, and the planned one",
+        "",
+        f"Of {len(claims)} comparisons, Holm over {HOLM_FAMILIES[family]} (the verdicts above): "
+        f"{counts('verdict')}; over {HOLM_FAMILIES[other]}: {counts(f'verdict_{other}')}. "
+        f"The verdicts above stand; {len(moved)} differ under the other correction"
+        + (":" if moved else "."),
+        "",
+    ]
+    if moved:
+        text += [
+            f"| dataset | claim | N_t | diff | p | Holm p | verdict | Holm p ({other}) | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        text += [
+            f"| {c['dataset']} | {c['claim']} | {c['n_train']} | {c['diff_mean']:+.2f} | "
+            f"{_p(c['p'])} | {_p(c['p_holm'])} | {c['verdict']} | {_p(c[f'p_holm_{other}'])} | "
+            f"{c[f'verdict_{other}']} |"
+            for c in moved
+        ]
+        text.append("")
+    if "verdict_planned" in claims[0]:
+        m = planned_family_size(study, family)
+        fragile = [
+            c
+            for c in claims
+            if c["verdict"] != "inconclusive" and c["verdict_planned"] != c["verdict"]
+        ]
+        total = f"{m} comparisons" if family == "all" else f"{m} per claim and dataset"
+        text += [
+            f"Holm over the whole planned family ({total}; the comparisons not yet complete "
+            "counted at p = 1), which bounds every Holm p that a comparison can get as the rest "
+            f"lands, since Holm's adjusted p-values never rise when another falls: "
+            f"{counts('verdict_planned')}. Those verdicts no later landing can turn (unless a "
+            "comparison's own runs are replaced). Decided now but not yet beyond that bound: "
+            + (
+                ", ".join(
+                    f"{c['dataset']} {c['claim']} at N_t = {c['n_train']} "
+                    f"(Holm p {_p(c['p_holm'])}, bound {_p(c['p_holm_planned'])})"
+                    for c in fragile
+                )
+                or "none"
+            )
+            + ".",
+            "",
+        ]
+    return text
+
+
+def superseded(
+    study: Study, rows: Sequence[dict], rule: Rule, need: int, test: str, holm_family: str
+) -> tuple[list[str], list[dict]]:
+    """The first rule's runs at the N_t that ``rule`` trains otherwise: a Markdown section
+    (their tables and claims, Holm over these alone) and the claims; both empty where the rules
+    agree at every N_t. Kept for the record, outside the report's verdicts."""
+    first = study.first_rule
+    changed = [
+        n or study.n_all
+        for n in study.sizes
+        if plan.run_label(study, n, rule) != plan.run_label(study, n, first)
+    ]
+    errors = plan.main_errors(study, rows, first, changed) if changed else {}
+    # the SVM's runs are the same under both rules: counted in the report, not superseded
+    errors = {k: v for k, v in errors.items() if study.families[k[1]].stem is not None}
+    if not errors:
+        return [], []
+    claims = claims_table(study, errors, need, test, holm_family)
+    text = [
+        f"## Superseded: the first rule at N_t = {', '.join(map(str, changed))}",
+        "",
+        f"These runs trained under the first rule (at least {first.min_steps} steps and "
+        f"{first.min_epochs} epochs), which the rule above replaced at these N_t before their "
+        "retraining, for their convergence (count below). They are not among the verdicts "
+        "above; their claims below are corrected among themselves only.",
+        "",
+    ]
+    for dataset in study.datasets:
+        table = tables.results_table(errors, dataset, tuple(study.families), need)
+        if table:
+            text += [f"### {dataset} (first rule)", "", table, ""]
+            cm = tables.claims_markdown(claims, dataset)
+            text += [cm, ""] if cm else []
+    judged, bad, _ = tables.convergence_summary(errors)
+    text += [f"{bad} of these {judged} runs are unconverged.", ""]
+    return text, claims
+
+
+def command(study: Study, rule: Rule, seeds: Sequence[int], test: str, holm_family: str) -> str:
+    """The canonical ``report`` command that writes this report: its options where they
+    differ from the study's defaults (paths never: the same record gives the same bytes)."""
+    words = ["python", "-m", "launch.studies", study.name, "report"]
+    main = study.main_rule
+    for name in ("min_steps", "min_epochs", "batch_size", "width_divisor"):
+        if getattr(rule, name) != getattr(main, name):
+            words.append(f"--{name}={getattr(rule, name):g}")
+    if tuple(seeds) != tuple(study.seeds):
+        words.append("--seeds=" + ",".join(map(str, seeds)))
+    if test != "t":
+        words.append(f"--test={test}")
+    if holm_family != "all":
+        words.append(f"--holm_family={holm_family}")
+    return " ".join(words)
+
+
+def tuning_section(study: Study, by_run: dict) -> list[str]:
+    text = []
+    for dataset in study.datasets:
+        results = {
+            f: plan.tuning_results(study, by_run, dataset, f)
+            for f, fam in study.families.items()
+            if fam.tune != "inherit" and dataset in fam.datasets
+        }
+        chosen = {f: c for f in results if (c := plan.choose(study, results[f], f)) is not None}
+        if any(results.values()):
+            text += [
+                f"## Tuning: {dataset}",
+                "",
+                tables.tuning_table(
+                    dataset,
+                    {f: r for f, r in results.items() if r},
+                    chosen,
+                    lambda f: plan.candidates(study, f),
+                ),
+                "",
+            ]
+    return text
+
+
+def write_report(
+    study: Study,
+    rows: Sequence[dict],
+    out: str,
+    rule: Rule | None = None,
+    seeds: Sequence[int] | None = None,
+    test: str = "t",
+    holm_family: str = "all",
+    figures: bool = True,
+) -> list[str]:
+    """Write ``out/results.md``, ``claims.json``, ``claims_first_rule.json`` (or remove a stale
+    one) and, with ``figures``, the error-vs-N_t figures, from the record ``rows`` alone
+    (``rule``: the main runs' rule, default the study's; ``seeds``: the realisations a
+    comparison needs). Returns the paths written."""
+    rule = rule or study.main_rule
+    seeds = tuple(seeds or study.seeds)
+    by_run = {r["run"]: r for r in rows}
+    text = [
+        f"# The {study.name} study: results",
+        "",
+        f"Written by `{command(study, rule, seeds, test, holm_family)}` from the record "
+        "`runs.jsonl` here (README.md: the protocol and the commands). "
+        f"Rule: at least {rule.min_steps} steps and {rule.min_epochs} epochs at batch "
+        f"{rule.batch_size}, WRN widths / {rule.width_divisor:g}; last-epoch models "
+        f"(tuning: {plan.tune_rule(study, rule).min_epochs} epochs).",
+        "",
+    ]
+    top = len(text)  # the verdicts at a glance go here, before the tuning
+    text += tuning_section(study, by_run)
+    errors = plan.main_errors(study, rows, rule)
+    need = len(seeds)
+    claims = claims_table(study, errors, need, test, holm_family)
+    other = with_other_holm(study, claims, errors, need, test, holm_family)
+    with_planned_holm(study, claims, holm_family)
+    sizes = [study.n_all if n == 0 else n for n in study.sizes]
+    if claims:
+        glance = [
+            "## Verdicts at a glance",
+            "",
+            "Mean paired difference (first - second, points; negative = the claim's direction) "
+            f"per claim and N_t; **S** supported, **C** contradicted after Holm over "
+            f"{HOLM_FAMILIES[holm_family]}, nothing for inconclusive; `-`: not yet run. "
+            "The claims tables below give each comparison's interval and p-values.",
+            "",
+        ]
+        for dataset in study.datasets:
+            matrix = tables.verdict_matrix(claims, dataset, study.claims, sizes, need)
+            glance += [f"{dataset}:", "", matrix, ""]
+        text[top:top] = glance
+    for dataset in study.datasets:
+        table = tables.results_table(errors, dataset, tuple(study.families), need)
+        if not table:
+            continue
+        text += [
+            f"## Test error: {dataset}",
+            "",
+            f"Mean ± sample std over the realisations, in %; `(k)`: only k of {need} "
+            "realisations finished; `ku`: k runs unconverged.",
+            "",
+            table,
+            "",
+        ]
+        cm = tables.claims_markdown(claims, dataset)
+        if cm:
+            text += [
+                f"### Claims: {dataset}",
+                "",
+                f"Paired over the common realisations (diff = first - second, points; negative"
+                f" = the claim's direction); primary test `{test}` (two-sided), Holm over "
+                f"{HOLM_FAMILIES[holm_family]}"
+                f" at alpha = {stats.ALPHA}; `pending` while fewer than {need} realisations;"
+                " 95% CI: the Student t interval of the mean difference, not adjusted for"
+                " the multiple comparisons.",
+                "",
+                cm,
+                "",
+            ]
+    text += sensitivity_markdown(study, claims, holm_family, other)
+    first, first_claims = superseded(study, rows, rule, need, test, holm_family)
+    judged, bad, names = tables.convergence_summary(errors)
+    if judged:
+        text += [
+            "## Convergence",
+            "",
+            f"{bad} of {judged} main runs unconverged (training loss over the last 10% of the "
+            f"epochs more than {100 * stats.PLATEAU_REL:g}% below the 10% before, and above "
+            f"{stats.LOSS_FLOOR}): " + (", ".join(names) if names else "none") + ".",
+            "",
+        ]
+    text += first
+    os.makedirs(out, exist_ok=True)
+    written = []
+    if figures:
+        controls = [f for f, fam in study.families.items() if fam.tune == "inherit"]
+        written += plots.plot_errors(errors, out, tuple(study.families), controls)
+    written.append(_write(os.path.join(out, "results.md"), "\n".join(text)))
+    written.append(_write(os.path.join(out, "claims.json"), json.dumps(claims, indent=1)))
+    first_path = os.path.join(out, "claims_first_rule.json")
+    if first_claims:
+        written.append(_write(first_path, json.dumps(first_claims, indent=1)))
+    elif os.path.isfile(first_path):  # a report under the first rule itself
+        os.remove(first_path)
+    return written
+
+
+def _write(path: str, text: str) -> str:
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def write_curves(study: Study, rows: Sequence[dict], out: str, rule: Rule | None = None) -> list:
+    """The convergence figures, drawn on demand into ``out``: per (dataset, family) one PNG of
+    its tuning runs (``tune_*.png``) and one of its main runs under ``rule``
+    (``main_*.png``), every run's training loss and held-out / validation error per epoch."""
+    rule = rule or study.main_rule
+    by_run = {r["run"]: r for r in rows}
+    tune = {
+        (d, f): plan.tuning_results(study, by_run, d, f)
+        for d in study.datasets
+        for f, fam in study.families.items()
+        if fam.tune != "inherit" and d in fam.datasets
+    }
+    written = plots.plot_curves(tune, out, "tune")
+    errors = plan.main_errors(study, rows, rule)
+    main = {}
+    for (d, f, n), rs in errors.items():
+        main.setdefault((d, f), {}).update({f"N_t={n} seed {s}": r for s, r in rs.items()})
+    return written + plots.plot_curves(main, out, "main")

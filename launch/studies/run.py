@@ -1,0 +1,417 @@
+"""Running a study: its planned runs trained in a run directory, each finished run appended to
+the record as one row, the report rewritten from the record after every landing.
+
+A run whose row is in the record, or whose ``results.json`` is in the run directory, is not
+trained again; an interrupted run resumes from its checkpoint. So the same ``run`` command
+finishes a study stopped anywhere, on this machine or another: copy the run directory (its
+unfinished runs' latest checkpoints are enough, :func:`unfinished_files`) and the record, and
+run it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable, Sequence
+
+from launch import sweep
+from launch.studies import plan, record, report, svm
+from launch.studies.plan import Rule, Study
+
+# run_local's status after a signal n is 128 + n (launch/sweep.py): the runs saved a checkpoint
+# and stopped, and so does the study (the same command resumes).
+STOPPED = 128
+FIGURES_EVERY = 10  # landed runs between two redraws of the figures
+
+
+@dataclasses.dataclass
+class Options:
+    """What one ``run`` / ``plan`` / ``status`` command does (the command line's values)."""
+
+    stage: str = "all"
+    datasets: tuple[str, ...] = ()
+    families: tuple[str, ...] = ()
+    sizes: tuple[int, ...] = ()
+    seeds: tuple[int, ...] = ()
+    rule: Rule = dataclasses.field(default_factory=Rule)
+    runs_dir: str = "runs/digits"
+    record: str = "docs/results/digits/runs.jsonl"
+    out: str | None = None  # the report's folder; None: none written
+    test: str = "t"
+    holm_family: str = "all"
+    budget_minutes: float = 0.0
+    parallel: int = 1
+    runs_per_gpu: int = 1
+    platform: str = "auto"
+    commit: bool = False
+    seeds_in_one: bool = False
+    rerun: tuple[str, ...] = ()
+    t0: float = dataclasses.field(default_factory=time.perf_counter)
+    budget_said: bool = False
+
+
+def rel(runs_dir: str, path: str) -> str:
+    return os.path.relpath(path, runs_dir).replace(os.sep, "/")
+
+
+def model_paths(runs_dir: str, run: sweep.Run) -> list[str]:
+    """The record paths of a run's models (one per seed of a ``--config.seeds`` run)."""
+    seeds = run.overrides.get("seeds")
+    if isinstance(seeds, tuple):
+        return [f"{rel(runs_dir, run.workdir)}/seed_{k}" for k in seeds]
+    return [rel(runs_dir, run.workdir)]
+
+
+def landed(runs_dir: str, run: sweep.Run, *, rows: dict, moving: Sequence[str] = ()) -> bool:
+    """Whether every model of ``run`` has its row in the record (``rows``: run path -> row) or
+    its ``results.json`` here, and none lies under a path of ``moving`` (to train again)."""
+    paths = model_paths(runs_dir, run)
+    if any(_under(p, moving) for p in paths):
+        return False
+    return all(p in rows for p in paths) or sweep.finished(run)
+
+
+def _under(path: str, prefixes: Sequence[str]) -> bool:
+    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in prefixes)
+
+
+def land(runs_dir: str, record_path: str, replace: Sequence[str] = ()) -> int:
+    """Append a row to the record for every finished run in ``runs_dir`` that it lacks; returns
+    how many. Under a path of ``replace`` (``--rerun``), a run trained here (it has its
+    checkpoints) whose row differs from the record's is appended too, and replaces it."""
+    if not os.path.isdir(runs_dir):
+        return 0
+    known = {r["run"]: r for r in record.read(record_path)}
+    new = []
+    for path in record.finished_runs(runs_dir):
+        run_dir = os.path.join(runs_dir, path)
+        if path in known:
+            here = os.path.isdir(os.path.join(run_dir, "checkpoints"))
+            if not (_under(path, replace) and here):
+                continue
+        row = record.row(path, run_dir, runs_dir, known)
+        if row is None or _same(row, known.get(path)):
+            continue
+        new.append(row)
+        known[path] = row
+    return record.append(record_path, new)
+
+
+def _same(a: dict, b: dict | None) -> bool:
+    return b is not None and record.dumps(a) == record.dumps(b)
+
+
+def rerun_prepare(
+    runs_dir: str, paths: Sequence[str], dry_run: bool = False
+) -> list[tuple[str, bool]]:
+    """Make the runs under ``paths`` (relative to ``runs_dir``) train again, e.g. a run whose
+    row came from another machine, without the final checkpoint that a two-phase network's
+    phase 1 needs. A path under which ``runs_dir`` holds a checkpoint (trained here, finished or
+    not) is kept, so the same command resumes it; any other is moved to
+    ``runs_dir/replaced/<path>`` (nothing is deleted). Returns per path a line to print and
+    whether its finished runs were moved aside (with ``dry_run``: would be). :func:`land` then
+    lets the retrained rows replace the record's."""
+    out = []
+    for path in paths:
+        src = os.path.join(runs_dir, path)
+        if any("checkpoints" in dirs for _, dirs, _ in os.walk(src)):
+            out.append((f"{path}: kept (it has checkpoints here)", False))
+        elif not os.path.isdir(src):
+            out.append((f"{path}: not here: it trains", False))
+        elif dry_run:
+            out.append((f"{path}: would move to replaced/{path} and train again", True))
+        else:
+            dst = os.path.join(runs_dir, "replaced", path)
+            if os.path.exists(dst):
+                dst += time.strftime("-%Y%m%d-%H%M%S")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.move(src, dst)
+            out.append((f"{path}: moved to {rel(runs_dir, dst)}: it trains again", True))
+    return out
+
+
+def unfinished_files(runs_dir: str, finished: Sequence[str] = ()) -> list[str]:
+    """What moves a study's unfinished runs to another machine (paths relative to
+    ``runs_dir``): every unfinished run's files, of its checkpoints only the latest step (and
+    that step's manifest), without TensorBoard events, the compilation cache or what
+    ``--rerun`` moved aside; also the runs under the paths of ``finished`` (for their final
+    checkpoint: a two-phase network's phase 1 reuses it)."""
+    import fnmatch
+    import re
+
+    out = []
+    for root, dirs, files in os.walk(runs_dir):
+        dirs[:] = sorted(d for d in dirs if d not in ("xla_cache", "tensorboard", "replaced"))
+        here = rel(runs_dir, root)
+        if "results.json" in files and not any(
+            _under(here, [g]) or fnmatch.fnmatch(here, g) for g in finished
+        ):
+            dirs[:] = []
+            continue
+        steps = []
+        if os.path.basename(root) in ("checkpoints", "checkpoint_manifests"):
+            ckpt = os.path.join(os.path.dirname(root), "checkpoints")
+            names = os.listdir(ckpt) if os.path.isdir(ckpt) else []
+            steps = sorted(int(d) for d in names if d.isdigit())
+        if os.path.basename(root) == "checkpoints" and steps:
+            dirs[:] = [d for d in dirs if not d.isdigit() or int(d) == steps[-1]]
+        for f in sorted(files):
+            m = re.fullmatch(r"(\d+)\.json", f)
+            if os.path.basename(root) == "checkpoint_manifests" and m and steps:
+                if int(m[1]) != steps[-1]:
+                    continue
+            out.append(rel(runs_dir, os.path.join(root, f)))
+    return out
+
+
+def pack(runs_dir: str, archive: str, finished: Sequence[str] = ()) -> int:
+    """Write ``archive`` (``.tar.gz``) of :func:`unfinished_files`; returns how many files.
+    Unpacked into the run directory elsewhere (``tar xzf ARCHIVE -C RUNS_DIR``), the same
+    ``run`` command resumes those runs."""
+    files = unfinished_files(runs_dir, finished)
+    with tarfile.open(archive, "w:gz") as tar:
+        for f in files:
+            tar.add(os.path.join(runs_dir, f), arcname=f)
+    return len(files)
+
+
+# ----------------------------------------------------------------------------- git
+
+
+def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+
+
+def commit(paths: Sequence[str], message: str) -> bool:
+    """Commit ``paths`` (only those) in the git repository that holds the first; False if
+    nothing changed or git refused (another commit holding the index lock: the next one
+    takes it)."""
+    where = os.path.dirname(os.path.abspath(paths[0]))
+    top = _git(where, "rev-parse", "--show-toplevel")
+    if top.returncode:
+        print(f"study: {where} is not in a git repository: not committed", flush=True)
+        return False
+    repo = top.stdout.strip()
+    _git(repo, "add", "--", *paths)
+    if not _git(repo, "diff", "--cached", "--quiet", "--", *paths).returncode:
+        return False
+    done = _git(repo, "commit", "-q", "-m", message, "--", *paths)
+    if done.returncode:
+        print(f"study: git commit failed: {done.stderr.strip()[:300]}", flush=True)
+    return not done.returncode
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def over_budget(opts: Options) -> bool:
+    if opts.budget_minutes and time.perf_counter() - opts.t0 > 60 * opts.budget_minutes:
+        if not opts.budget_said:
+            print(
+                f"study: time budget of {opts.budget_minutes:g} min spent: no new run "
+                "starts (the same command resumes)",
+                flush=True,
+            )
+            opts.budget_said = True
+        return True
+    return False
+
+
+def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -> int:
+    """Train ``runs`` not yet ``done(run)``, ``after()`` after each, so that each lands as it
+    finishes.
+
+    ``parallel 1``: one at a time, in order (a point's single streams before the runs that
+    reuse them). ``parallel P``: two waves, the single-stream runs, then the multi-stream runs
+    (whose phase 1 is among the first wave's, :func:`plan.plan_main`), ``P`` runs side by side
+    (``runs_per_gpu`` of them sharing a GPU); no run starts once the budget is spent.
+    """
+    runs = [r for r in runs if not done(r)]
+    if opts.parallel > 1:
+        status = 0
+        for multi in (False, True):
+            wave = [r for r in runs if r.multi == multi]
+            if wave and not over_budget(opts):
+                code = sweep.run_local(
+                    wave,
+                    opts.parallel,
+                    None,
+                    opts.platform,
+                    per_gpu=opts.runs_per_gpu,
+                    independent=not multi,
+                    on_done=lambda run, code: after(),
+                    stop=lambda: over_budget(opts),
+                )
+                if code >= STOPPED:  # a signal stopped the runs: start nothing more
+                    return code
+                status |= code
+        return status
+    status = 0
+    for run in runs:
+        if sweep.finished(run):
+            continue
+        if over_budget(opts):
+            return status
+        code = sweep.run_local([run], 1, None, opts.platform)
+        after()
+        if code >= STOPPED:
+            return code
+        status |= code
+    return status
+
+
+def svm_done(point: dict, runs_dir: str, rows: dict) -> bool:
+    return rel(runs_dir, point["workdir"]) in rows or os.path.isfile(
+        os.path.join(point["workdir"], "results.json")
+    )
+
+
+def run_svms(points: Sequence[dict], opts: Options, after, rows: dict) -> None:
+    for p in points:
+        if svm_done(p, opts.runs_dir, rows) or over_budget(opts):
+            continue
+        r = svm.run_svm(p)
+        print(
+            f"svm {p['data.name']} N_t={r['n_train']} seed={p['seed']} C={p['svm_C']:g} "
+            f"gamma={p['svm_gamma']:g}x: held-out/val {r['val_error']:.2f}%",
+            flush=True,
+        )
+    after()
+
+
+def planned(study: Study, opts: Options, stage: str, dataset: str, rows: dict):
+    """``(network runs, SVM fits, a note)`` of one stage and dataset, with the choices in the
+    record; the note names what waits (heads for their streams' tuning, families without
+    tuned HPs)."""
+    if stage == "tune":
+        chosen = plan.chosen_hps(study, rows, dataset)
+        runs, svms, waiting = plan.plan_tune(
+            study, opts.runs_dir, dataset, opts.families, opts.rule, chosen
+        )
+        note = f"{dataset}: {waiting} wait for their streams' tuning" if waiting else ""
+        return runs, svms, note
+    chosen = plan.chosen_hps(study, rows, dataset)
+    runs, svms, missing = plan.plan_main(
+        study, opts.runs_dir, dataset, opts.families, opts.sizes, opts.seeds, opts.rule, chosen
+    )
+    if opts.seeds_in_one:
+        runs = plan.seeds_in_one(study, runs)
+    note = f"{dataset}: {missing} have no tuned HPs yet: left out" if missing else ""
+    return runs, svms, note
+
+
+def stages(opts: Options) -> tuple[str, ...]:
+    return {"tune": ("tune",), "main": ("main",), "all": ("tune", "main")}[opts.stage]
+
+
+def print_plan(study: Study, opts: Options) -> int:
+    """Every planned command, the finished ones marked (a run of several seeds is finished when
+    all its models are; one under a path that ``--rerun`` would move aside is not), then how
+    many are left to train. Heads wait for their streams' tuning: planned once it landed."""
+    rows = {r["run"]: r for r in record.read(opts.record)}
+    prepared = rerun_prepare(opts.runs_dir, opts.rerun, dry_run=True)
+    moving = [p for p, (_, moved) in zip(opts.rerun, prepared, strict=True) if moved]
+    for line, _ in prepared:
+        print(f"# --rerun {line}")
+    left = total = 0
+    for stage in stages(opts):
+        for dataset in opts.datasets:
+            runs, svms, note = planned(study, opts, stage, dataset, rows)
+            for r in runs:
+                done = landed(opts.runs_dir, r, rows=rows, moving=moving)
+                left += not done
+                print(("# finished: " if done else "") + r.command("python"))
+            for p in svms:
+                done = svm_done(p, opts.runs_dir, rows)
+                left += not done
+                print(("# finished: " if done else "") + "svm " + json.dumps(p))
+            total += len(runs) + len(svms)
+            if note:
+                print(f"# {note}")
+    print(f"# {left} of {total} commands left to run")
+    return 0
+
+
+def status(study: Study, opts: Options) -> int:
+    """Per stage and dataset: the planned models, how many have their row in the record, how
+    many finished here but have not landed, how many started (a checkpoint) and how many are
+    left; then the record's unconverged main runs."""
+    rows = {r["run"]: r for r in record.read(opts.record)}
+    print(f"record: {opts.record}: {len(rows)} rows; runs: {opts.runs_dir}")
+    print("stage  dataset            planned  landed  here  started  left")
+    for stage in stages(opts):
+        for dataset in opts.datasets:
+            runs, svms, note = planned(study, opts, stage, dataset, rows)
+            paths = [p for r in runs for p in model_paths(opts.runs_dir, r)]
+            paths += [rel(opts.runs_dir, p["workdir"]) for p in svms]
+            n_landed = sum(p in rows for p in paths)
+            todo = [p for p in paths if p not in rows]
+            here = sum(os.path.isfile(os.path.join(opts.runs_dir, p, "results.json")) for p in todo)
+            started = sum(
+                os.path.isdir(os.path.join(opts.runs_dir, p, "checkpoints"))
+                and not os.path.isfile(os.path.join(opts.runs_dir, p, "results.json"))
+                for p in todo
+            )
+            print(
+                f"{stage:6} {dataset:18} {len(paths):7} {n_landed:7} {here:5} {started:8} "
+                f"{len(todo) - here:5}" + (f"   ({note})" if note else "")
+            )
+    errors = plan.main_errors(study, list(rows.values()), opts.rule)
+    judged = [r for rs in errors.values() for r in rs.values()]
+    bad = sum(r["convergence"].get("converged") is False for r in judged)
+    print(f"main runs under the rule: {len(judged)} in the record, {bad} unconverged")
+    return 0
+
+
+def run(study: Study, opts: Options) -> int:
+    """Train what the plan lacks, stage by stage and dataset by dataset (the tuning's single
+    streams before the heads that wait for them), landing each finished run in the record and
+    rewriting the report in ``opts.out``; 0, 1 if a run failed, 128 + n after signal n."""
+    prepared = rerun_prepare(opts.runs_dir, opts.rerun)
+    for line, _ in prepared:
+        print(f"study: --rerun {line}", flush=True)
+    # one compilation cache for the whole study
+    os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(opts.runs_dir, "xla_cache"))
+    count = [0]
+
+    def after(final: bool = False) -> None:
+        new = land(opts.runs_dir, opts.record, opts.rerun)
+        count[0] += new
+        if opts.out and (new or final):
+            # the tables after every landing, the figures every FIGURES_EVERY runs and at the end
+            figures = final or count[0] % FIGURES_EVERY < new
+            rows = record.read(opts.record)
+            # the runs of this command's rule, counted against every realisation of the plan
+            report.write_report(
+                study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
+            )
+        if opts.commit and new:
+            paths = [opts.record] + ([opts.out] if opts.out else [])
+            commit(paths, f"{study.name} study: {new} more run(s) landed")
+
+    after()  # what finished here before (a run stopped after its results, before landing)
+    status = 0
+    for stage in stages(opts):
+        for dataset in opts.datasets:
+            for _ in range(2 if stage == "tune" else 1):  # single streams, then the heads
+                rows = {r["run"]: r for r in record.read(opts.record)}
+                runs, svms, note = planned(study, opts, stage, dataset, rows)
+                run_svms(svms, opts, after, rows)
+                done = functools.partial(landed, opts.runs_dir, rows=rows, moving=opts.rerun)
+                code = run_groups(runs, opts, after, done)
+                if code >= STOPPED:
+                    after(final=True)
+                    print(f"study: stopped by a signal; {count[0]} run(s) landed", flush=True)
+                    return code
+                status |= code
+            if note:
+                print(f"study: {note}", flush=True)
+    after(final=True)
+    print(f"study: {count[0]} run(s) landed in {opts.record} by this command", flush=True)
+    return status
