@@ -47,10 +47,7 @@ COMMANDS = (
     ("launch/sweep.py", "--help"),
 )
 # Repository paths that are referenced before the change that creates them is in this tree.
-PENDING: dict[str, str] = {
-    "docs/results/digits/README.md": "the digits study's folder, renamed from docs/results/protocol",
-    "docs/results/realimages/README.md": "the real-image study's pre-registered plan",
-}
+PENDING: dict[str, str] = {}
 # Config keys that another change adds.
 PENDING_KEYS: dict[str, str] = {
     "train.epochs_scale": "one factor for every stage's epochs, added by another change",
