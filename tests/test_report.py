@@ -430,3 +430,111 @@ def test_a_run_of_several_models_resumes_and_finishes_by_its_models_dirs(tmp_pat
     single = sweep.Run("e", "digits_cnn", {"seed": 0}, ("n20", 0), str(tmp_path / "s"))
     (tmp_path / "s" / "checkpoints").mkdir(parents=True)
     assert sweep.resumes(single) and not sweep.finished(single)
+
+
+# ----------------------------------------------------------------------------- each run once
+
+
+def test_each_run_counted_once_and_odd_results_named(tmp_path, capsys):
+    """A run of seeds 0, 1 whose folder also got a single run of seed 0 (trained into it by the
+    same command without ``--config.seeds``), and a copy of a finished run elsewhere: two runs,
+    not four; a ``results.json`` holding a list is named, not skipped silently."""
+    root = tmp_path / "runs"
+    k = root / "k"
+    for seed, err in ((0, 89.5), (1, 88.6)):
+        write_run(k, f"seed_{seed}", err, seed, 100)
+    (k / "seeds.json").write_text(json.dumps({"seeds": [0, 1]}))
+    stray = dict(config_file="configs/cifar10_std.py", overrides={"data.n_train": 100})
+    (k / "results.json").write_text(
+        json.dumps(dict(test_error=89.5, seed=0, n_train=100, dataset="cifar10", **stray))
+    )
+    write_run(root, "copy/of_seed_1", 88.6, 1, 100)
+    (root / "listed").mkdir()
+    (root / "listed" / "results.json").write_text("[1, 2]")
+    rows = report.aggregate(report.find_results(str(root)), str(root))
+    err = capsys.readouterr().err
+    assert [(r["runs"], r["seeds"]) for r in rows] == [(2, [0, 1])]
+    assert rows[0]["test_error_mean"] == pytest.approx(89.05)
+    assert rows[0]["test_error_std"] == pytest.approx(0.9 / 2**0.5)
+    assert f"skipping {k / 'results.json'}: {k} holds the models of a run of several" in err
+    assert f"skipping {root / 'listed' / 'results.json'}: it holds a JSON list" in err
+    assert (
+        f"skipping {k / 'seed_1' / 'results.json'}: the same run (seed 1, same config and "
+        f"overrides) as {root / 'copy' / 'of_seed_1'}, counted once"
+    ) in err
+    # The folder's record says the same without seeds.json.
+    (k / "seeds.json").unlink()
+    (k / "run_kind.json").write_text(json.dumps({"kind": "seeds", "seeds": [0, 1]}))
+    rows = report.aggregate(report.find_results(str(root)), str(root))
+    assert [r["runs"] for r in rows] == [2]
+
+
+@pytest.mark.slow
+def test_report_on_a_read_only_runs_folder(runs, tmp_path):
+    """Every write under the runs folder fails (EROFS, as a read-only mount): the report is
+    printed and says where no plot could go (exit 0); a plot asked for there is refused in
+    one line before anything is read (exit 2); a plot elsewhere is drawn."""
+    import tiny_runs
+
+    def report_cmd(*args):
+        return tiny_runs.run_module(
+            "invjax.report", str(runs), *args, fault=f"read_only:{runs}", timeout=120
+        )
+
+    proc = report_cmd("--markdown")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "| cifar10_std | cifar10 | 100 | 3 | 12.00 ± 2.00 |" in proc.stdout
+    assert f"report: no plot drawn: {runs} is not writable (Read-only file system)" in proc.stderr
+    assert not (runs / "error_vs_n_train.png").exists()
+    proc = report_cmd("--plot", str(runs / "p.png"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"report: error: --plot={runs / 'p.png'}: {runs} is not writable (Read-only file system)"
+    ]
+    assert proc.stdout == ""
+    proc = report_cmd("--plot", str(tmp_path / "p.png"), "--curves", str(tmp_path / "c.png"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def _png_size(path) -> tuple[int, int]:
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_plots_keep_their_size_with_long_override_strings(tmp_path):
+    """Two experiments that differ in a long override string (a sweep's ``--set`` of a
+    multi-stream recipe): the legend labels wrap, so the plot keeps one panel's width (was
+    3471 x 498 px, the legend squeezing the plots) and its height stays bounded."""
+    root = tmp_path / "runs"
+    for head in ("concat", "weighted_sum"):
+        long = {
+            f"phase1.stream_{i}.train.learning_rate_schedule_boundaries": f"({len(head)}, 24)"
+            for i in range(6)
+        }  # fmt: skip, differs between the experiments
+        for n in (100, 1000):
+            for seed in (0, 1):
+                d = write_run(
+                    root, f"{head}/n{n}_s{seed}", 10.0 + seed, seed, n, "configs/cifar10_triple.py",
+                    overrides={"seed": seed, "data.n_train": n, "model.head": head, **long},
+                )  # fmt: skip
+                metrics = [
+                    {"step": e, "epoch": e, "split": s, "loss": 1.0 / e, "error": 50.0 / e}
+                    for e in (1, 2, 3) for s in ("train", "val")
+                ]  # fmt: skip
+                (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    assert report.main([str(root), "--no-plot"]) == 0
+    rows = report.aggregate(report.find_results(str(root)), str(root))
+    width, height = _png_size(report.plot(rows, str(tmp_path / "p.png")))
+    # One panel: 5.5 x 4.2 in at 120 dpi (660 x 504 px) plus the axis labels and the legend.
+    assert width <= 800 and height <= 900, (width, height)
+    # A single run's own folder: its label is its long experiment name.
+    one = root / "concat" / "n100_s0"
+    path = report.plot_curves(report.find_results(str(one)), str(one), str(tmp_path / "c.png"))
+    width, height = _png_size(path)
+    assert width <= 1500 and height <= 900, (width, height)
+    assert "\n" in report.legend_label("a" * 50 + ", " + "b" * 50)
+    assert report.legend_label("x, " * 100).count("\n") == 2
