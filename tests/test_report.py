@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,7 +121,7 @@ def test_plot_or_a_message_without_matplotlib(runs, tmp_path, capsys):
 
 def dry_run(*args):
     proc = subprocess.run(
-        [sys.executable, str(REPO / "launch" / "sweep.py"), *args, "--dry-run"],
+        [sys.executable, str(REPO / "launch" / "sweep.py"), *args, "--dry_run"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -417,7 +419,7 @@ def test_parameter_counts_in_one_unit():
 def test_a_run_of_several_models_resumes_and_finishes_by_its_models_dirs(tmp_path):
     """A K-model run (``--config.seeds``) keeps its checkpoints and results under
     ``seed_<k>/``: it resumes (the sweep's log says so) when any model has a checkpoint, and is
-    finished only when every model has its results."""
+    not finished while a model lacks its results."""
     run = sweep.Run("e", "digits_cnn", {"seeds": (0, 1)}, ("n20", 0), str(tmp_path / "r"))
     assert not sweep.resumes(run) and not sweep.finished(run)
     (tmp_path / "r" / "seed_1" / "checkpoints").mkdir(parents=True)
@@ -426,7 +428,9 @@ def test_a_run_of_several_models_resumes_and_finishes_by_its_models_dirs(tmp_pat
     (tmp_path / "r" / "seed_0" / "results.json").write_text("{}")
     assert not sweep.finished(run)
     (tmp_path / "r" / "seed_1" / "results.json").write_text("{}")
-    assert sweep.finished(run)
+    # Results without the run they finished (its stored config.json, its last checkpoint) are
+    # no finished run of these settings (a finished one: test_sweep_reruns_changed_points).
+    assert not sweep.finished(run)
     single = sweep.Run("e", "digits_cnn", {"seed": 0}, ("n20", 0), str(tmp_path / "s"))
     (tmp_path / "s" / "checkpoints").mkdir(parents=True)
     assert sweep.resumes(single) and not sweep.finished(single)
@@ -538,3 +542,124 @@ def test_plots_keep_their_size_with_long_override_strings(tmp_path):
     assert width <= 1500 and height <= 900, (width, height)
     assert "\n" in report.legend_label("a" * 50 + ", " + "b" * 50)
     assert report.legend_label("x, " * 100).count("\n") == 2
+
+
+# ----------------------------------------------------------------------------- sweeps keep promises
+
+TINY_SWEEP = {
+    "data.name": "digits",
+    "model.width": 4,
+    "train.batch_size": 50,
+    "train.eval_batch_size": 400,
+    "train.lr_boundaries": "()",
+    "train.log_every_steps": 0,
+}
+
+
+def sweep_cmd(runs_dir, **settings) -> list[str]:
+    cmd = [sys.executable, str(REPO / "launch" / "sweep.py"), "digits_cnn", "--sizes", "100"]
+    cmd += ["--seeds", "0", "--runs-dir", str(runs_dir), "--local"]
+    for k, v in {**TINY_SWEEP, **settings}.items():
+        cmd += ["--set", f"{k}={v}"]
+    return cmd
+
+
+def run_sweep(runs_dir, **settings):
+    return subprocess.run(
+        sweep_cmd(runs_dir, **settings), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_sweep_reruns_changed_points(tmp_path):
+    """A 1-epoch sweep, then the same points with ``train.num_epochs=2``: the point is run
+    again and resumes to 2 epochs (it was "1 of 1 runs finished already (skipped)"); then it is
+    finished; a changed model is refused before any run starts, naming the difference."""
+    runs_dir = tmp_path / "runs"
+    point = runs_dir / "digits_cnn" / "n100_s0"
+    first = run_sweep(runs_dir, **{"train.num_epochs": 1})
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads((point / "results.json").read_text())["epochs"] == 1
+    longer = run_sweep(runs_dir, **{"train.num_epochs": 2})
+    assert longer.returncode == 0, longer.stdout + longer.stderr
+    assert "0 of 1 runs finished already (skipped)" in longer.stdout
+    assert (
+        " resume: " in longer.stdout and "resuming from the checkpoint of step 2" in longer.stdout
+    )
+    assert json.loads((point / "results.json").read_text())["epochs"] == 2
+    again = run_sweep(runs_dir, **{"train.num_epochs": 2})
+    assert again.returncode == 0 and "1 of 1 runs finished already (skipped)" in again.stdout
+    before = sorted(p.name for p in point.iterdir())
+    other = run_sweep(runs_dir, **{"train.num_epochs": 2, "model.width": 8})
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert " start: " not in other.stdout and "Traceback" not in other.stderr
+    (line,) = other.stderr.strip().splitlines()
+    assert line.startswith(f"sweep: error: {point} was run with other settings than this sweep's")
+    assert "model.width: 4 stored, 8 now" in line
+    assert sorted(p.name for p in point.iterdir()) == before
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _wait_for(predicate, timeout=240, what=""):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG")
+def test_sweep_sighup_and_sigkill_stop_its_runs(tmp_path):
+    """SIGHUP (a closed terminal) to ``sweep.py --local`` stops its run as SIGTERM does (the
+    run saves, exits 143; the sweep exits 129); SIGKILL to the sweep leaves no orphan training
+    on: the run gets SIGTERM from the kernel, saves its step and stops, releasing its lock."""
+    runs_dir = tmp_path / "runs"
+    point = runs_dir / "digits_cnn" / "n100_s0"
+    ckpts = point / "checkpoints"
+    steps = lambda: (
+        sorted(int(d) for d in os.listdir(ckpts) if d.isdigit()) if ckpts.is_dir() else []
+    )  # noqa: E731, E501
+    cmd = sweep_cmd(runs_dir, **{"train.num_epochs": 500})
+    outs = []
+    for sig in (signal.SIGHUP, signal.SIGKILL):
+        out, err = (open(tmp_path / f"{sig.name}.{s}", "w+") for s in ("out", "err"))
+        outs.append((out, err))
+        sweep_proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, text=True)
+        seen = steps()[-1] if steps() else 0
+        (run_pid,) = _wait_for(lambda p=sweep_proc.pid: _children(p), what="the run")
+        _wait_for(lambda s=seen: steps() and steps()[-1] > s, what="a checkpoint")
+        sweep_proc.send_signal(sig)
+        status = sweep_proc.wait(timeout=120)
+        _wait_for(lambda p=run_pid: not os.path.exists(f"/proc/{p}"), timeout=120, what="the run")
+        out.seek(0)
+        err.seek(0)
+        text, errors = out.read(), err.read()
+        if sig == signal.SIGHUP:
+            assert status == 128 + signal.SIGHUP, text + errors
+            assert "sweep: SIGHUP: passed to 1 run(s) as SIGTERM" in text
+            assert "slot 0 exit 143 " in text, text
+        else:
+            assert status == -signal.SIGKILL
+        stopped = [x for x in errors.splitlines() if "stopped by SIGTERM after step" in x]
+        assert len(stopped) == 1 and "checkpoint saved in" in stopped[0], errors[-3000:]
+        step = int(stopped[0].split("after step ")[1].split()[0])
+        assert steps()[-1] == step
+        assert not (point / "invjax.lock").exists()  # released: a rerun is not "in use"
+    for f in (f for pair in outs for f in pair):
+        f.close()
