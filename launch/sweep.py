@@ -333,6 +333,8 @@ def finished(run: Run) -> bool:
         for d, c in zip(dirs, configs):
             if plan.phases_of(c) == "two_phase":
                 c = plan.head_config(c, d)
+            elif c.model.get("num_classes") is None:  # as the run stores it: the dataset's
+                c.model.num_classes = plan._num_classes(c)
             try:
                 if plan.finished_results(c, d) is None:
                     return False
