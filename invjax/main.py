@@ -1,4 +1,4 @@
-"""Train and evaluate one experiment (README, "Contracts", 1).
+"""Train and evaluate one experiment: the command line of :func:`invjax.train.train_and_evaluate`.
 
     python -m invjax.main --config=configs/NAME.py --workdir=DIR [--config.KEY=VALUE ...]
     python -m invjax.main --config=configs/NAME.py --help     # also lists the config's keys
@@ -12,7 +12,7 @@ Examples:
 Common overrides: ``--config.seed``, ``--config.data.n_train`` (N_t, 0 = all),
 ``--config.train.num_epochs``, ``--config.train.batch_size`` (global; divisible by the number
 of devices, all of which are used), ``--config.train.learning_rate``, ``--config.model.head``
-(multi-stream). Every experiment of the paper is one file in ``configs/`` (README, "Configs").
+(multi-stream). Every experiment of the paper is one file in ``configs/``.
 
 Writes ``DIR/metrics.jsonl``, ``DIR/results.json``, ``DIR/tensorboard/`` and orbax checkpoints
 under ``DIR/checkpoints``; the last line of output is ``test_error=X.XX%``. Started again with
@@ -23,13 +23,16 @@ The workdir is checked (non-empty, a writable directory, room for a checkpoint) 
 against a second run before any compute (:mod:`invjax.workdir`); a full disk or another write
 failure during training stops with one message, keeping the last good checkpoint (exit status 1).
 SIGTERM or SIGINT finishes the current step, saves a checkpoint there and exits with status
-128 + the signal number (143, 130); the same command resumes (README, "Under faults").
+128 + the signal number (143, 130); the same command resumes (docs/faults.md).
 ``--config.seeds=0,1,2`` trains one model per seed in ``DIR/seed_<k>/`` (each the single run
 with that seed) in one program; it prints ``seed=<k> test_error=X.XX%`` per model and, last, the
-mean as ``test_error=X.XX%`` (:mod:`invjax.training.many`, docs/many_models.md).
+mean as ``test_error=X.XX%`` (:mod:`invjax.training.many`, docs/many_models.md). The folder
+records which of the two it holds (``DIR/run_kind.json``); a command of the other kind is
+refused naming the command that fits.
 Multi-stream configs with ``train.phases='two_phase'`` run both of the paper's phases (phase 1's
 stream runs in ``DIR/streams/<stream>``, then the head in ``DIR``; :mod:`invjax.training.plan`).
-The work itself is in :mod:`invjax.training` (its map: :mod:`invjax.train`).
+Everything above is :func:`invjax.train.train_and_evaluate` (the same in Python); this module
+adds the flags, the persistent compilation cache and the exit statuses.
 """
 
 from __future__ import annotations
