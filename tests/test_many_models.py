@@ -317,11 +317,10 @@ def test_the_command_prints_each_model_then_the_mean(tmp_path):
 
 
 def test_dry_run_describes_every_model_and_writes_nothing(tmp_path):
-    from invjax import main
+    from invjax import train
 
     workdir = str(tmp_path / "w")
-    mplan = many.check(tiny(seeds=(3, 4)), workdir)
-    text = many.describe(mplan, lambda p: main._describe(p, describe))
+    text = train.dry_run(tiny(seeds=(3, 4)), workdir, describe)
     assert text.startswith("dry run: 2 models (seeds 3, 4) of one config in one program")
     assert f"seed 4 in {workdir}/seed_4:" in text and f"run: {workdir}/seed_3 (fresh start)" in text
     assert not os.path.exists(workdir)
