@@ -80,6 +80,7 @@ import contextlib
 import ctypes
 import dataclasses
 import importlib
+import json
 import os
 import pathlib
 import queue
@@ -315,13 +316,16 @@ class PointChanged(ValueError):
 
 def finished(run: Run) -> bool:
     """Whether the run is finished *with the settings the sweep gives it now*: every model's
-    ``results.json`` exists (written last, atomically) and the run would be reused as it is, by
-    the test :func:`invjax.training.plan.finished_results` applies (the point's stored
-    ``config.json`` is the record: the same experiment, all of ``train.num_epochs`` trained). A
-    point whose settings changed where a run may resume (``train.num_epochs``, evaluation and
-    checkpoint intervals) is not finished: it is run again and resumes. A point that holds
-    another experiment raises :class:`PointChanged` naming the difference."""
+    ``results.json`` exists (written last, atomically), records ``train.num_epochs`` epochs,
+    and its folder's stored ``config.json`` (the record of what the run trained) is this
+    point's experiment up to what a run may change on resume (``train.num_epochs``, evaluation
+    and checkpoint intervals: :data:`invjax.training.experiment.RESUMABLE_KEYS`). A point whose
+    epochs differ is not finished: it is run again and resumes. A point that holds another
+    experiment raises :class:`PointChanged` naming the difference. Results without a stored
+    config (copied in from elsewhere, without the run) are taken as they are."""
+    from invjax import checkpoint
     from invjax.training import plan
+    from invjax.training.experiment import check_resume_config
 
     dirs = _model_dirs(run)
     if not all(os.path.isfile(os.path.join(d, "results.json")) for d in dirs):
@@ -331,17 +335,26 @@ def finished(run: Run) -> bool:
     configs = [many.model_config(config, k) for k in seeds] if seeds else [config]
     with contextlib.chdir(REPO):  # the commands' relative paths (phase1.*.workdir) resolve here
         for d, c in zip(dirs, configs):
-            if plan.phases_of(c) == "two_phase":
+            stored = checkpoint.read_config(d)
+            if stored is None:
+                continue
+            if plan.phases_of(c) == "two_phase":  # the head's config is what DIR stores
                 c = plan.head_config(c, d)
-            elif c.model.get("num_classes") is None:  # as the run stores it: the dataset's
+            elif c.model.get("num_classes") is None:  # stored as the run resolved it
                 c.model.num_classes = plan._num_classes(c)
             try:
-                if plan.finished_results(c, d) is None:
-                    return False
+                check_resume_config(stored, c, d)
             except ValueError as e:
                 raise PointChanged(
                     f"{run.workdir} was run with other settings than this sweep's ({e})"
                 ) from None
+            try:
+                with open(os.path.join(d, "results.json")) as f:
+                    epochs = json.load(f).get("epochs")
+            except (OSError, ValueError, AttributeError):
+                return False  # cut short or damaged: the run finishes again
+            if epochs != c.train.num_epochs:
+                return False
     return True
 
 
