@@ -53,8 +53,8 @@ Several runs at once on one machine: ``--local --parallel K --devices-per-run D`
 command's output then goes to ``WORKDIR.log`` next to its run directory.
 
 Resuming a sweep: ``--local`` skips every run that is finished with the sweep's settings (its
-``results.json`` exists and its stored ``config.json`` is this point's experiment, every epoch
-trained: what ``invjax.main`` itself would reuse) and starts the others with their own
+``results.json`` exists and records every epoch asked, and its stored ``config.json`` is this
+point's experiment; results copied in without their run are taken as they are) and starts the others with their own
 ``--workdir``, so a run that was interrupted resumes from its last checkpoint; a sweep stopped
 half-way is finished by giving the same command again. A point whose settings changed where a run
 may resume (``train.num_epochs`` raised, evaluation or checkpoint intervals) runs again and
