@@ -539,6 +539,10 @@ def model_invariance(
     name, image_shape = opts["name"], tuple(opts["image_shape"])
     if images is not None:
         images = check_images(images, image_shape, name)
+    if workdir:  # the top folder of K models holds none: say which folder does
+        from invjax import workdir as workdir_lib
+
+        workdir_lib.refuse_seeds_folder(workdir)
     # A fresh model on the user's own images needs no dataset: only its shape and class count.
     ds = datasets.load(data_cfg) if images is None or workdir else None
     num_classes = ds.num_classes if ds is not None else opts["num_classes"]

@@ -303,7 +303,8 @@ class Reporter:
     def message(self, text: str) -> None:
         if not self.enabled:
             return
-        text = self._prefix + text  # a banner's first line only: its others are indented
+        # Every line: the banners of K models interleave, and each line names its model.
+        text = "\n".join(self._prefix + line for line in text.split("\n"))
         if self._bar is not None:
             self._bar.write(text, file=sys.stderr)
         else:

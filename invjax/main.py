@@ -1,4 +1,4 @@
-"""Train and evaluate one experiment (README, "Contracts", 1).
+"""Train and evaluate one experiment: the command line of :func:`invjax.train.train_and_evaluate`.
 
     python -m invjax.main --config=configs/NAME.py --workdir=DIR [--config.KEY=VALUE ...]
     python -m invjax.main --config=configs/NAME.py --help     # also lists the config's keys
@@ -12,7 +12,7 @@ Examples:
 Common overrides: ``--config.seed``, ``--config.data.n_train`` (N_t, 0 = all),
 ``--config.train.num_epochs``, ``--config.train.batch_size`` (global; divisible by the number
 of devices, all of which are used), ``--config.train.learning_rate``, ``--config.model.head``
-(multi-stream). Every experiment of the paper is one file in ``configs/`` (README, "Configs").
+(multi-stream). Every experiment of the paper is one file in ``configs/``.
 
 Writes ``DIR/metrics.jsonl``, ``DIR/results.json``, ``DIR/tensorboard/`` and orbax checkpoints
 under ``DIR/checkpoints``; the last line of output is ``test_error=X.XX%``. Started again with
@@ -23,24 +23,48 @@ The workdir is checked (non-empty, a writable directory, room for a checkpoint) 
 against a second run before any compute (:mod:`invjax.workdir`); a full disk or another write
 failure during training stops with one message, keeping the last good checkpoint (exit status 1).
 SIGTERM or SIGINT finishes the current step, saves a checkpoint there and exits with status
-128 + the signal number (143, 130); the same command resumes (README, "Under faults").
+128 + the signal number (143, 130); the same command resumes (docs/faults.md).
 ``--config.seeds=0,1,2`` trains one model per seed in ``DIR/seed_<k>/`` (each the single run
 with that seed) in one program; it prints ``seed=<k> test_error=X.XX%`` per model and, last, the
-mean as ``test_error=X.XX%`` (:mod:`invjax.training.many`, docs/many_models.md).
+mean as ``test_error=X.XX%`` (:mod:`invjax.training.many`, docs/many_models.md). The folder
+records which of the two it holds (``DIR/run_kind.json``); a command of the other kind is
+refused naming the command that fits.
 Multi-stream configs with ``train.phases='two_phase'`` run both of the paper's phases (phase 1's
 stream runs in ``DIR/streams/<stream>``, then the head in ``DIR``; :mod:`invjax.training.plan`).
-The work itself is in :mod:`invjax.training` (its map: :mod:`invjax.train`).
+Everything above is :func:`invjax.train.train_and_evaluate` (the same in Python); this module
+adds the flags, the persistent compilation cache and the exit statuses.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+
+def _own_package() -> None:
+    """Make ``invjax`` this file's package when a folder named ``invjax`` in the working
+    directory (a clone's parent holds the clone) made it a namespace package, found before an
+    installed one: ``invjax.configs`` would then be the clone's ``configs/``."""
+    package = sys.modules.get("invjax")
+    if package is None or getattr(package, "__file__", None) is not None:
+        return
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        "invjax", os.path.join(here, "__init__.py"), submodule_search_locations=[here]
+    )
+    module = importlib.util.module_from_spec(spec)
+    for name in [n for n in sys.modules if n.startswith("invjax.")]:
+        setattr(module, name.split(".")[1], sys.modules[name])  # invjax.main itself
+    sys.modules["invjax"] = module
+    spec.loader.exec_module(module)
+
+
+_own_package()
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file.", lock_config=True
@@ -88,9 +112,9 @@ def _load_config(path: str):
     file = path.partition(":")[0]
     if not os.path.isfile(file):
         _fail(f"--config={path}: no such config file (configs live in configs/*.py)")
-    try:
-        from invjax.configs import ConfigFileError, load
+    from invjax.configs import ConfigFileError, load  # outside the try: its except names them
 
+    try:
         return load(path)
     except ConfigFileError as e:
         _fail(str(e))
@@ -189,20 +213,6 @@ def _record() -> dict:
     }
 
 
-def _describe(plan, describe) -> str:
-    """What ``--dry_run`` prints: each stage of the plan and, where prepared, its banner."""
-    lines = [f"dry run: {plan.phases} experiment, {len(plan.stages)} stage(s); nothing computed"]
-    for stage in plan.stages:
-        if stage.results is not None:
-            lines.append(f"{stage.name}: finished in {stage.workdir} (reused)")
-        elif stage.experiment is not None:
-            restored = stage.experiment.restored
-            lines.append(describe(stage.experiment, restored.step if restored else None))
-        else:
-            lines.append(f"{stage.name}: to run in {stage.workdir}")
-    return "\n".join(lines)
-
-
 def main(argv):
     del argv
     from invjax.training import signals
@@ -213,7 +223,7 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)
     with signals.handle_signals():
         try:
-            results = _check_and_run(_CONFIG.value, _WORKDIR.value)
+            results = _run(_CONFIG.value, _WORKDIR.value)
         except signals.Stopped as e:  # a checkpoint at the step reached was saved
             _fail(str(e), status=e.status, kind="")
         except signals.Interrupted as e:
@@ -229,72 +239,33 @@ def main(argv):
         print(f"test_error={results['test_error']:.2f}%", flush=True)  # their mean
 
 
-def _check_and_run(config, workdir_flag: str) -> dict | None:
-    """Check the workdir, lock it, check every phase, then train (module docstring's statuses).
-
-    The lock is taken before the checkpoints are read where the workdir exists (a run writing
-    them could otherwise be read half-way); a new workdir is created and locked only once every
-    check has passed (bad input leaves nothing behind), and checked again if another run
-    created it meanwhile.
-    """
-    import jax
-
-    from invjax import checkpoint, compilation_cache, parallel, workdir
-    from invjax.training import loop, many
+def _run(config, workdir_flag: str) -> dict | None:
+    """:func:`invjax.train.train_and_evaluate` (or :func:`invjax.train.dry_run`), its errors
+    turned into one line and the module docstring's exit statuses: 2 for anything refused
+    before the first compute, 1 for a failure while training."""
+    from invjax import checkpoint, compilation_cache, train, workdir
+    from invjax.training import loop
     from invjax.training import plan as plan_lib
-    from invjax.training.experiment import describe
 
-    try:
-        path = workdir.check(workdir_flag)
-        seeds, run_config = many.split(config)  # --config.seeds: K models (training.many)
-    except ValueError as e:  # WorkdirError too
-        _fail(str(e))
-    record = _record()
-    if run_config is not config:  # one seed of config.seeds: recorded as that single run
-        record = many.model_record(record, config, run_config.seed)
-    config = run_config
-    if seeds is None:
-        check, execute, nbytes = plan_lib.check, plan_lib.execute, plan_lib.checkpoint_bytes
-        show = functools.partial(_describe, describe=describe)
-    else:
-        check, execute, nbytes = many.check, many.execute, many.checkpoint_bytes
-        show = functools.partial(many.describe, describe_plan=lambda p: _describe(p, describe))
     compilation_cache.enable(_CACHE.value)
+    computing = []
     try:
-        parallel.initialize_distributed(bool(config.get("multi_host", False)))
-    except ValueError as e:  # a bad JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
+        if _DRY_RUN.value:  # every check, no lock, nothing written
+            print(train.dry_run(config, workdir_flag), flush=True)
+            return None
+        return train.train_and_evaluate(
+            config, workdir_flag, record=_record(), on_compute=lambda: computing.append(True)
+        )
+    except (loop.NonFiniteLossError, loop.RunIOError, checkpoint.SaveError) as e:
+        _fail(str(e), status=1)
+    except (ValueError, FileNotFoundError) as e:  # CheckpointError, WorkdirError, StageError
+        if computing and not isinstance(e, plan_lib.StageError | workdir.WorkdirError):
+            raise  # a failure inside training that is no known one: its traceback
         _fail(str(e))
-    if _DRY_RUN.value:  # every check, no lock, nothing written
-        try:
-            plan = check(config, workdir_flag)
-        except (ValueError, checkpoint.CheckpointError, FileNotFoundError) as e:
-            _fail(str(e))
-        print(show(plan), flush=True)
-        return None
-    primary = jax.process_index() == 0
-    bad_input = (ValueError, checkpoint.CheckpointError, FileNotFoundError)
-    with contextlib.ExitStack() as stack:
-        try:
-            existed = os.path.isdir(path)
-            if existed and primary:
-                stack.enter_context(workdir.locked([path]))
-            plan = check(config, workdir_flag)  # every phase, before any compute
-            if not existed and primary:
-                stack.enter_context(workdir.locked([path]))
-                if set(os.listdir(path)) - {workdir.LOCK_FILE}:  # another run got there first
-                    plan = check(config, workdir_flag)
-            if primary:
-                workdir.check_space(path, nbytes(plan))
-        except bad_input as e:  # WorkdirError (busy, full) too
-            _fail(str(e))
-        except OSError as e:
-            _fail(f"--workdir={workdir_flag}: {e}")
-        try:
-            return execute(plan, record=record)
-        except (loop.NonFiniteLossError, loop.RunIOError, checkpoint.SaveError) as e:
-            _fail(str(e), status=1)
-        except (plan_lib.StageError, workdir.WorkdirError) as e:
-            _fail(str(e))
+    except OSError as e:
+        if computing:
+            raise
+        _fail(f"--workdir={workdir_flag}: {e}")
 
 
 if __name__ == "__main__":

@@ -45,8 +45,24 @@ WITHIN_GROUP = (
 )
 
 
-def find_results(runs_dir: str, include_streams: bool = False) -> list[tuple[str, dict]]:
-    """``(run directory, results)`` of every readable ``results.json`` under ``runs_dir``."""
+def _warn(message: str) -> None:
+    print(f"report: {message}", file=sys.stderr, flush=True)
+
+
+def find_results(
+    runs_dir: str, include_streams: bool = False, warn=_warn
+) -> list[tuple[str, dict]]:
+    """``(run directory, results)`` of every readable ``results.json`` under ``runs_dir``, each
+    run once.
+
+    Left out, each with a ``warn`` line: a file that is not a run's results (not a JSON object
+    with ``test_error``); a ``results.json`` beside the models of a run of several seeds (the
+    folder's ``run_kind.json`` or ``seeds.json``: a single run trained into that folder, which
+    would count a seed twice); a second copy of a run already found (the same recorded config
+    file, overrides, dataset, ``n_train`` and seed: :func:`run_identity`).
+    """
+    from invjax import workdir
+
     if not os.path.isdir(runs_dir):
         raise ValueError(f"runs directory {runs_dir!r} does not exist")
     found = []
@@ -63,11 +79,62 @@ def find_results(runs_dir: str, include_streams: bool = False) -> list[tuple[str
                 with open(os.path.join(root, RESULTS_FILE)) as f:
                     results = json.load(f)
             except (OSError, ValueError) as e:
-                print(f"report: skipping unreadable {root}/{RESULTS_FILE}: {e}", file=sys.stderr)
+                warn(f"skipping unreadable {root}/{RESULTS_FILE}: {e}")
                 continue
-            if isinstance(results, dict) and "test_error" in results:
-                found.append((root, results))
-    return found
+            path = os.path.join(root, RESULTS_FILE)
+            if not isinstance(results, dict):
+                warn(
+                    f"skipping {path}: it holds a JSON {type(results).__name__}, not a run's "
+                    "results (an object with test_error)"
+                )
+                continue
+            if "test_error" not in results:
+                warn(f"skipping {path}: it has no test_error (not a finished run's results)")
+                continue
+            kind = workdir.read_kind(root)
+            if kind is not None and kind["kind"] == workdir.SEEDS:
+                warn(
+                    f"skipping {path}: {root} holds the models of a run of several seeds "
+                    f"(counted from its {workdir.SEED_DIR.format('<k>')}/); a results.json beside "
+                    "them is a single run trained into that folder and would count a seed twice"
+                )
+                continue
+            found.append((root, results))
+    return _each_once(found, runs_dir, warn)
+
+
+def run_identity(run_dir: str, results: dict, runs_dir: str) -> tuple | None:
+    """What makes a recorded run that run: experiment (config file and overrides), dataset,
+    ``n_train``, seed and the data realisation/subset seed overrides; None for a run without
+    the command's record (its identity is unknown, it is never taken for another)."""
+    if not results.get("config_file") or results.get("seed") is None:
+        return None
+    overrides = results.get("overrides") or {}
+    return (
+        experiment_name(run_dir, results, runs_dir),
+        results.get("dataset"),
+        results.get("n_train"),
+        results.get("seed"),
+        repr(overrides.get("data.realisation")),
+        repr(overrides.get("data.seed")),
+    )
+
+
+def _each_once(found, runs_dir: str, warn) -> list[tuple[str, dict]]:
+    seen: dict[tuple, str] = {}
+    out = []
+    for run_dir, results in found:
+        key = run_identity(run_dir, results, runs_dir)
+        if key is not None and key in seen:
+            warn(
+                f"skipping {os.path.join(run_dir, RESULTS_FILE)}: the same run (seed "
+                f"{results.get('seed')}, same config and overrides) as {seen[key]}, counted once"
+            )
+            continue
+        if key is not None:
+            seen[key] = run_dir
+        out.append((run_dir, results))
+    return out
 
 
 def experiment_name(run_dir: str, results: dict, runs_dir: str) -> str:
@@ -285,6 +352,18 @@ def short_labels(names: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def legend_label(text: str, width: int = 44, lines: int = 3) -> str:
+    """``text`` wrapped at ``width`` characters (at ``, `` between overrides where it can) into
+    at most ``lines`` lines, the last cut with ``...``: a legend of long override strings then
+    keeps the plot its width."""
+    import textwrap
+
+    wrapped = textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+    if len(wrapped) > lines:
+        wrapped = wrapped[: lines - 1] + [textwrap.shorten(wrapped[lines - 1], width - 3) + "..."]
+    return "\n".join(wrapped)
+
+
 def plot(rows: Sequence[dict], path: str) -> str | None:
     """Test error vs ``n_train`` (log-log, percent), one panel per dataset. Returns the path
     written, or None (with a message on stderr) if matplotlib is missing or no experiment has
@@ -307,6 +386,7 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
         print("report: no experiment has two or more training sizes: no plot", file=sys.stderr)
         return None
     fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 4.2), squeeze=False)
+    legends = []
     for ax, (ds, exps) in zip(axes[0], sorted(curves.items())):
         labels = short_labels(list(exps))
         for name, rs in sorted(exps.items()):
@@ -315,7 +395,7 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
             m = [r["test_error_mean"] for r in rs]
             s = [r["test_error_std"] for r in rs]
             runs = "/".join(sorted({str(r["runs"]) for r in rs}))
-            ax.plot(x, m, marker="o", label=f"{labels[name]} (n={runs})")
+            ax.plot(x, m, marker="o", label=legend_label(f"{labels[name]} (n={runs})"))
             lo = [max(a - b, 1e-3) for a, b in zip(m, s)]
             ax.fill_between(x, lo, [a + b for a, b in zip(m, s)], alpha=0.2)
         ax.set_xscale("log")
@@ -327,10 +407,12 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
         ax.set_title(ds)
         ax.grid(True, which="both", alpha=0.3)
         # Below the panel: a legend inside would hide the curves.
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+        # (savefig's tight bounding box takes it in; the layout of the panels does not).
+        legends.append(ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2)))
+        legends[-1].set_in_layout(False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight", bbox_extra_artists=legends)
     plt.close(fig)
     return path
 
@@ -368,6 +450,7 @@ def plot_curves(runs: Sequence[tuple[str, dict]], runs_dir: str, path: str) -> s
         color = colors[i % len(colors)]
         label = os.path.relpath(run_dir, runs_dir)
         label = experiment_name(run_dir, results, runs_dir) if label == "." else label
+        label = legend_label(label, width=36, lines=2)
         for split, style in (("train", "--"), ("val", "-")):
             recs = [x for x in metrics if x.get("split") == split and not x.get("final")]
             epochs = [x["epoch"] for x in recs]
@@ -399,11 +482,15 @@ def plot_curves(runs: Sequence[tuple[str, dict]], runs_dir: str, path: str) -> s
     for ax in (ax_err, ax_loss):
         ax.set_xlabel("epoch")
         ax.grid(True, which="both", alpha=0.3)
+    legends = []
     if len(curves) <= 12:
-        ax_err.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
+        legends.append(
+            ax_err.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+        )
+        legends[-1].set_in_layout(False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight", bbox_extra_artists=legends)
     plt.close(fig)
     return path
 
@@ -428,6 +515,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--include-streams", action="store_true", help="also list phase-1 stream runs"
     )
     args = parser.parse_args(argv)
+    targets = {}  # plot -> file, for each plot that can be written
+    if not args.no_plot:
+        for what, flag, given, default in (
+            ("plot", "--plot", args.plot, "error_vs_n_train.png"),
+            ("curves", "--curves", args.curves, "training_curves.png"),
+        ):
+            path = given or os.path.join(args.runs_dir, default)
+            problem = cannot_write(path) if os.path.isdir(args.runs_dir) or given else None
+            if problem and given:  # asked for: refused before anything is read
+                print(f"report: error: {flag}={given}: {problem}", file=sys.stderr)
+                return 2
+            if problem:
+                _warn(
+                    f"no {what} drawn: {problem} (the runs folder may be read-only: give "
+                    f"{flag} FILE elsewhere, or --no-plot)"
+                )
+                continue
+            targets[what] = path
     try:
         runs = find_results(args.runs_dir, args.include_streams)
     except ValueError as e:
@@ -441,16 +546,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(rows, indent=2))
     else:
         print(table(rows, args.markdown), flush=True)
-    if not args.no_plot:
-        path = plot(rows, args.plot or os.path.join(args.runs_dir, "error_vs_n_train.png"))
-        if path:
-            print(f"plot: {path}", file=sys.stderr)
-        path = plot_curves(
-            runs, args.runs_dir, args.curves or os.path.join(args.runs_dir, "training_curves.png")
-        )
-        if path:
-            print(f"training curves: {path}", file=sys.stderr)
+    try:
+        if "plot" in targets and plot(rows, targets["plot"]):
+            print(f"plot: {targets['plot']}", file=sys.stderr)
+        if "curves" in targets and plot_curves(runs, args.runs_dir, targets["curves"]):
+            print(f"training curves: {targets['curves']}", file=sys.stderr)
+    except OSError as e:  # the destination failed after the check (full, removed)
+        print(f"report: error: cannot write the plot: {e}", file=sys.stderr)
+        return 1
     return 0
+
+
+def cannot_write(path: str) -> str | None:
+    """Why the file ``path`` cannot be written (one line), or None: its folder (or the first
+    existing one above it, where it would be made) must be a directory where a file can be
+    created; probed by creating and removing one, as permission bits miss read-only mounts."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(directory):
+        directory = os.path.dirname(directory)
+    if not os.path.isdir(directory):
+        return f"{directory} is a file, not a directory"
+    if os.path.isdir(path):
+        return f"{path} is a directory"
+    probe = os.path.join(directory, f".report-write-test-{os.getpid()}")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.remove(probe)
+    except OSError as e:
+        return f"{directory} is not writable ({os.strerror(e.errno or 0)})"
+    return None
 
 
 if __name__ == "__main__":

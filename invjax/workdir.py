@@ -24,6 +24,15 @@ libraries (orbax, tensorstore, asyncio, jax) go there only: a full disk inside o
 ``invjax: error:`` line on stderr, with orbax's own account of it in the log. Exceptions that
 Python can only report as "ignored" (objects collected after a failed save) go to the log too.
 
+What a folder holds (:func:`read_kind`): ``DIR/run_kind.json``, written when a job starts
+(:func:`invjax.train.train_and_evaluate`), says ``{"kind": "run"}`` (one run, its checkpoints in
+``DIR``) or ``{"kind": "seeds", "seeds": [...]}`` (the K models of ``--config.seeds``, each in
+``DIR/seed_<k>/``), with the command's config file and overrides. A job of the other kind is
+refused with the command that fits (:func:`check_kind`), and a command that reads one finished
+run refuses the top folder of K models (:func:`refuse_seeds_folder`). Folders written before the
+record are told apart by what is in them (``seeds.json`` or ``seed_<k>/``; ``config.json`` or
+``checkpoints/``).
+
 A directory that a lock created is removed again when the lock is released if nothing but the
 log is in it, so a run refused after taking the lock (e.g. a disk too small for one checkpoint)
 leaves no directory behind (its one message on stderr says why).
@@ -48,6 +57,10 @@ from absl import logging
 
 LOCK_FILE = "invjax.lock"
 LOG_FILE = "invjax.log"
+KIND_FILE = "run_kind.json"
+RUN, SEEDS = "run", "seeds"  # the kinds of folder (module docstring)
+SEED_DIR = "seed_{}"  # model k of a folder of K models
+SEEDS_SUMMARY = "seeds.json"
 
 
 class WorkdirError(ValueError):
@@ -139,6 +152,92 @@ def check_space(workdir: str, checkpoint_bytes: int, flag: str = "--workdir") ->
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
+
+
+# ----------------------------------------------------------------------------- kind
+
+
+def _seed_dirs(path: str) -> list[int]:
+    """The seeds k of ``path/seed_<k>/`` folders that hold a run (its ``config.json``)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    prefix = SEED_DIR.format("")
+    return sorted(
+        int(n[len(prefix) :])
+        for n in names
+        if n.startswith(prefix)
+        and n[len(prefix) :].isdigit()
+        and os.path.isfile(os.path.join(path, n, "config.json"))
+    )
+
+
+def read_kind(path: str) -> dict | None:
+    """What the folder ``path`` holds: its ``run_kind.json`` (``{"kind": "run" | "seeds",
+    ...}``), else what its files say (module docstring), else None (new or empty)."""
+    record = _read(os.path.join(path, KIND_FILE))
+    if isinstance(record, dict) and record.get("kind") in (RUN, SEEDS):
+        return record
+    seeds = _seed_dirs(path)
+    if seeds or os.path.isfile(os.path.join(path, SEEDS_SUMMARY)):
+        return {"kind": SEEDS, "seeds": seeds}
+    if os.path.isfile(os.path.join(path, "config.json")) or os.path.isdir(
+        os.path.join(path, "checkpoints")
+    ):
+        return {"kind": RUN}
+    return None
+
+
+def write_kind(path: str, kind: str, seeds=None, record: dict | None = None) -> None:
+    """Record in ``path`` that it holds a job of ``kind`` (atomically; the command's
+    ``record``: its config file and overrides)."""
+    info = {"kind": kind, **({"seeds": [int(s) for s in seeds]} if seeds else {})}
+    info.update({k: v for k, v in (record or {}).items() if k in ("config_file", "overrides")})
+    target = os.path.join(path, KIND_FILE)
+    with open(target + ".tmp", "w") as f:
+        json.dump(info, f, indent=2, default=str)
+    os.replace(target + ".tmp", target)
+
+
+def _seeds_text(seeds) -> str:
+    return ",".join(str(s) for s in seeds)
+
+
+def check_kind(path: str, kind: str, seeds=None, flag: str = "--workdir") -> None:
+    """Refuse (:class:`WorkdirError`, naming the command that fits) a job of ``kind`` in a
+    folder that holds the other kind: a single run in the folder of K models, or K models in a
+    single run's folder."""
+    held = read_kind(path)
+    if held is None or held["kind"] == kind:
+        return
+    if held["kind"] == SEEDS:
+        stored = held.get("seeds") or []
+        example = os.path.join(path, SEED_DIR.format(stored[0] if stored else 0))
+        raise WorkdirError(
+            f"{flag}={path} holds the models of seeds {_seeds_text(stored) or '?'} (a run of "
+            f"--config.seeds, {KIND_FILE}): resume them with --config.seeds="
+            f"{_seeds_text(stored) or 'K1,K2'}, or give {flag}={example} for the single run of "
+            "one seed, or choose a new --workdir"
+        )
+    raise WorkdirError(
+        f"{flag}={path} holds a single run ({KIND_FILE}): resume it without --config.seeds, or "
+        f"choose a new --workdir for the models of seeds {_seeds_text(seeds or ())}"
+    )
+
+
+def refuse_seeds_folder(path: str, flag: str = "--workdir") -> None:
+    """A command that reads one finished run, given the top folder of K models: WorkdirError
+    naming ``DIR/seed_<k>``."""
+    held = read_kind(path) if os.path.isdir(path) else None
+    if held is not None and held["kind"] == SEEDS:
+        stored = held.get("seeds") or []
+        raise WorkdirError(
+            f"{flag}={path} is the folder of the models of seeds {_seeds_text(stored) or '?'} "
+            f"(--config.seeds): give one model's run, {flag}="
+            f"{os.path.join(path, SEED_DIR.format('<k>'))} (e.g. "
+            f"{os.path.join(path, SEED_DIR.format(stored[0] if stored else 0))})"
+        )
 
 
 # ----------------------------------------------------------------------------- lock

@@ -2,7 +2,7 @@
 
     python launch/sweep.py EXPERIMENT [EXPERIMENT ...] [--sizes paper|full|N,N,...]
         [--seeds paper|S,S,...] [--runs-dir runs] [--set KEY=VALUE ...]
-        (--dry-run | --local | --slurm FILE [--nodes N --gpus-per-node G --time T ...])
+        (--dry_run | --local | --slurm FILE [--nodes N --gpus-per-node G --time T ...])
 
 EXPERIMENT is a config name (``cifar10_triple``) or a group:
 
@@ -41,7 +41,7 @@ config of a single-stream run in the sweep (e.g. the E(2) stream of ``cifar10_tr
 stream again. Commands of a point therefore run in order (single-stream first), one SLURM array
 task per point; ``--no-share`` gives every multi-stream run private streams.
 
-Output: ``--dry-run`` prints the commands (one per line); ``--local`` runs them here (a failed
+Output: ``--dry_run`` prints the commands (one per line); ``--local`` runs them here (a failed
 command does not stop the rest; the failures are listed at the end); ``--slurm FILE`` writes the
 array job ``FILE`` from ``launch/slurm.sh.template`` and its command list ``FILE.commands`` for
 GPU clusters, multi-node with ``--nodes`` (``jax.distributed`` from SLURM's environment).
@@ -52,23 +52,35 @@ Several runs at once on one machine: ``--local --parallel K --devices-per-run D`
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (``--platform`` auto | gpu | cpu). Each
 command's output then goes to ``WORKDIR.log`` next to its run directory.
 
-Resuming a sweep: ``--local`` skips every run whose ``results.json`` exists (finished) and starts
-the others with their own ``--workdir``, so a run that was interrupted resumes from its last
-checkpoint; a sweep stopped half-way is finished by giving the same command again.
+Resuming a sweep: ``--local`` skips every run that is finished with the sweep's settings (its
+``results.json`` exists and records every epoch asked, and its stored ``config.json`` is this
+point's experiment; results copied in without their run are taken as they are) and starts the others with their own
+``--workdir``, so a run that was interrupted resumes from its last checkpoint; a sweep stopped
+half-way is finished by giving the same command again. A point whose settings changed where a run
+may resume (``train.num_epochs`` raised, evaluation or checkpoint intervals) runs again and
+resumes; a point whose folder holds another experiment (a changed model, data or recipe) stops
+the sweep before any run starts, naming the point and the difference (exit 2): give the earlier
+settings, or another ``--runs-dir``.
 
-Stopping a sweep: SIGTERM or SIGINT (Ctrl-C) to ``--local`` is passed on to the runs in progress
-(each finishes its step, saves a checkpoint there and exits 143 or 130; they run in their own
-process group, so a Ctrl-C in the terminal reaches them once, through the sweep); no further run
-starts; the sweep waits for them and exits with 128 + the signal number. A second signal only
-repeats that it is waiting (SIGKILL to a run abandons its save, keeping its previous checkpoint).
+Stopping a sweep: SIGTERM, SIGINT (Ctrl-C) or SIGHUP (its terminal closed) to ``--local`` is
+passed on to the runs in progress, SIGHUP as SIGTERM (each finishes its step, saves a checkpoint
+there and exits 143 or 130; they run in their own process group, so a Ctrl-C in the terminal
+reaches them once, through the sweep); no further run starts; the sweep waits for them and exits
+with 128 + the signal number. A second signal only repeats that it is waiting (SIGKILL to a run
+abandons its save, keeping its previous checkpoint). A sweep killed outright (SIGKILL, out of
+memory) cannot pass anything on: on Linux each run gets SIGTERM from the kernel when the sweep
+dies (``PR_SET_PDEATHSIG``), saves and stops, so the same command resumes it.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import ctypes
 import dataclasses
 import importlib
+import json
 import os
 import pathlib
 import queue
@@ -297,10 +309,53 @@ def _model_dirs(run: Run) -> list[str]:
     return [root]
 
 
+class PointChanged(ValueError):
+    """A point's folder holds a run of other settings than the sweep's now (the message names
+    the point and the difference)."""
+
+
 def finished(run: Run) -> bool:
-    """A run is finished when its ``results.json`` exists (written last, atomically); a run of
-    several models when every model's does."""
-    return all(os.path.isfile(os.path.join(d, "results.json")) for d in _model_dirs(run))
+    """Whether the run is finished *with the settings the sweep gives it now*: every model's
+    ``results.json`` exists (written last, atomically), records ``train.num_epochs`` epochs,
+    and its folder's stored ``config.json`` (the record of what the run trained) is this
+    point's experiment up to what a run may change on resume (``train.num_epochs``, evaluation
+    and checkpoint intervals: :data:`invjax.training.experiment.RESUMABLE_KEYS`). A point whose
+    epochs differ is not finished: it is run again and resumes. A point that holds another
+    experiment raises :class:`PointChanged` naming the difference. Results without a stored
+    config (copied in from elsewhere, without the run) are taken as they are."""
+    from invjax import checkpoint
+    from invjax.training import plan
+    from invjax.training.experiment import check_resume_config
+
+    dirs = _model_dirs(run)
+    if not all(os.path.isfile(os.path.join(d, "results.json")) for d in dirs):
+        return False
+    config = load_config(run.config, run.overrides)
+    seeds, config = many.split(config)
+    configs = [many.model_config(config, k) for k in seeds] if seeds else [config]
+    with contextlib.chdir(REPO):  # the commands' relative paths (phase1.*.workdir) resolve here
+        for d, c in zip(dirs, configs):
+            stored = checkpoint.read_config(d)
+            if stored is None:
+                continue
+            if plan.phases_of(c) == "two_phase":  # the head's config is what DIR stores
+                c = plan.head_config(c, d)
+            elif c.model.get("num_classes") is None:  # stored as the run resolved it
+                c.model.num_classes = plan._num_classes(c)
+            try:
+                check_resume_config(stored, c, d)
+            except ValueError as e:
+                raise PointChanged(
+                    f"{run.workdir} was run with other settings than this sweep's ({e})"
+                ) from None
+            try:
+                with open(os.path.join(d, "results.json")) as f:
+                    epochs = json.load(f).get("epochs")
+            except (OSError, ValueError, AttributeError):
+                return False  # cut short or damaged: the run finishes again
+            if epochs != c.train.num_epochs:
+                return False
+    return True
 
 
 def resumes(run: Run) -> bool:
@@ -363,14 +418,44 @@ def slot_envs(parallel: int, per_run: int, platform: str = "auto", per_gpu: int 
     return [dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))] * parallel
 
 
+#: The signals ``--local`` stops on, and the one each is passed to the runs as (a run stops on
+#: SIGTERM and SIGINT; a closed terminal's SIGHUP stops them as SIGTERM does).
+STOP_SIGNALS = {
+    signal.SIGTERM: signal.SIGTERM,
+    signal.SIGINT: signal.SIGINT,
+    signal.SIGHUP: signal.SIGTERM,
+}
+
+
+def _parent_death_signal():
+    """A ``preexec_fn`` that has the kernel send the started command SIGTERM when the sweep
+    dies, SIGKILL included (Linux ``prctl(PR_SET_PDEATHSIG)``; the run then saves and stops as
+    on any SIGTERM), or None where there is no such call. ``prctl`` is looked up here, in the
+    sweep: the child, forked from a threaded process, only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def stop_with_parent() -> None:
+        prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the sweep died before the call: stop now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return stop_with_parent
+
+
 class _Stopper:
-    """SIGTERM/SIGINT handler of ``--local``: passes the signal to the running commands once,
-    and keeps further ones from starting (``stopped``)."""
+    """SIGTERM/SIGINT/SIGHUP handler of ``--local``: passes the signal (SIGHUP as SIGTERM) to
+    the running commands once, and keeps further ones from starting (``stopped``)."""
 
     def __init__(self, lock: threading.Lock):
         self.lock = lock
         self.signum: int | None = None
+        self.passed: int | None = None  # what the runs got: their exit status is 128 + it
         self.running: dict[int, subprocess.Popen] = {}
+        self.preexec = _parent_death_signal()
 
     def __call__(self, signum, frame) -> None:
         del frame
@@ -380,14 +465,16 @@ class _Stopper:
                 f"sweep: {name} again: waiting for {len(self.running)} run(s) to save", flush=True
             )
             return
-        self.signum = signum
+        self.signum, self.passed = signum, STOP_SIGNALS[signum]
         for proc in list(self.running.values()):
             try:
-                proc.send_signal(signum)
+                proc.send_signal(self.passed)
             except OSError:  # it has just ended
                 pass
+        passed = f" as {signal.Signals(self.passed).name}" if self.passed != signum else ""
         print(
-            f"sweep: {name}: passed to {len(self.running)} run(s); waiting for their checkpoints",
+            f"sweep: {name}: passed to {len(self.running)} run(s){passed}; waiting for their "
+            "checkpoints",
             flush=True,
         )
 
@@ -396,11 +483,12 @@ class _Stopper:
         with self.lock:
             if self.signum is not None:
                 return None
-            # Its own process group: a terminal's Ctrl-C reaches it only through __call__.
-            proc = subprocess.Popen(argv, start_new_session=True, **kwargs)
+            # Its own process group: a terminal's Ctrl-C reaches it only through __call__; and
+            # it stops itself if the sweep dies without passing a signal on (SIGKILL).
+            proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=self.preexec, **kwargs)
             self.running[proc.pid] = proc
-        if self.signum is not None:  # the signal came while it started: pass it on too
-            proc.send_signal(self.signum)
+        if self.passed is not None:  # the signal came while it started: pass it on too
+            proc.send_signal(self.passed)
         return proc
 
     def wait(self, proc: subprocess.Popen) -> int:
@@ -432,7 +520,7 @@ def run_local(
     envs = (
         slot_envs(parallel, per_run or 1, platform, per_gpu) if parallel > 1 or per_run else [None]
     )
-    todo = [r for r in runs if not finished(r)]
+    todo = [r for r in runs if not finished(r)]  # PointChanged: the caller refuses the sweep
     print(f"{len(runs) - len(todo)} of {len(runs)} runs finished already (skipped)", flush=True)
     groups = [[r] for r in todo] if independent else by_point(todo)
     done_lock = threading.Lock()
@@ -469,7 +557,7 @@ def run_local(
         took = time.perf_counter() - t
         say(f"[{i}/{len(todo)}] slot {slot} exit {status} after {took:.0f} s")
         with lock:
-            if stopper.signum is not None and status == 128 + stopper.signum:
+            if stopper.passed is not None and status == 128 + stopper.passed:
                 stopped.append(cmd)
             elif status:
                 failed.append(cmd)
@@ -491,7 +579,7 @@ def run_local(
                     return
                 one(run, env, slot)
 
-    handlers = {s: signal.signal(s, stopper) for s in (signal.SIGTERM, signal.SIGINT)}
+    handlers = {s: signal.signal(s, stopper) for s in STOP_SIGNALS}
     try:
         threads = [threading.Thread(target=worker, args=(k, e)) for k, e in enumerate(envs)]
         for th in threads:
@@ -562,10 +650,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-share", action="store_true", help="no phase-1 reuse across runs")
     parser.add_argument(
-        "--dry-run",
+        "--dry_run",
         action="store_true",
         help="print the commands (with --local or --slurm: what would run or be written) and stop",
     )
+    parser.add_argument("--dry-run", dest="dry_run", action="store_true", help=argparse.SUPPRESS)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--local", action="store_true", help="run them here (skips finished runs)")
     mode.add_argument("--slurm", metavar="FILE", help="write a SLURM array script")
@@ -623,9 +712,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.local:
-        return run_local(runs, args.parallel, args.devices_per_run, args.platform)
+        try:
+            return run_local(runs, args.parallel, args.devices_per_run, args.platform)
+        except PointChanged as e:  # before any run starts
+            print(f"sweep: error: {e}", file=sys.stderr)
+            return 2
     if not args.slurm:
-        parser.error("choose --dry-run, --local or --slurm FILE")
+        parser.error("choose --dry_run, --local or --slurm FILE")
     script, commands = write_slurm(runs, args.slurm, args)
     print(
         f"wrote {script} ({len(runs)} commands in {len(by_point(runs))} array tasks) and {commands}"

@@ -18,6 +18,9 @@ FAULT (``NAME:ARG[:ARG]``):
 ``fill_disk_at_save:STEP:B``   before the save of STEP, a file beside the workdir fills its file
                                system up to B free bytes (a real ENOSPC on a small tmpfs)
 ``free_bytes:N``               file systems report N free bytes (``shutil.disk_usage``)
+``read_only:DIR``              every write under DIR (a file opened for writing, a directory
+                               made, a rename, a removal) fails with EROFS, as on a read-only
+                               mount (permission bits do not stop root)
 =============================  ===================================================================
 """
 
@@ -194,6 +197,41 @@ def free_bytes(n: int, patch) -> None:
     patch(shutil, "disk_usage", disk_usage)
 
 
+def read_only(directory: str, patch) -> None:
+    root = os.path.join(os.path.abspath(directory), "")
+    real_open, real_os_open = builtins.open, os.open
+    real = {name: getattr(os, name) for name in ("mkdir", "rename", "replace", "remove", "unlink")}
+    writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+    def check(path) -> None:
+        if isinstance(path, str | bytes | os.PathLike):
+            p = os.path.abspath(os.fsdecode(os.fspath(path)))
+            if os.path.join(p, "").startswith(root):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), p)
+
+    def fopen(file, mode="r", *args, **kwargs):
+        if any(c in mode for c in "wax+"):
+            check(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    def osopen(path, flags, *args, **kwargs):
+        if flags & writing:
+            check(path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    def wrap(name):
+        def call(path, *args, **kwargs):
+            check(args[0] if name in ("rename", "replace") else path)
+            return real[name](path, *args, **kwargs)
+
+        return call
+
+    patch(builtins, "open", fopen)
+    patch(os, "open", osopen)
+    for name in real:
+        patch(os, name, wrap(name))
+
+
 def install(spec: str, patch=setattr) -> list:
     """Install the faults of ``spec`` (module docstring) with ``patch(obj, name, value)``;
     returns the :class:`WriteFault` objects (for their ``seen``/``failed`` lists)."""
@@ -216,6 +254,8 @@ def install(spec: str, patch=setattr) -> list:
             _wrap_save(patch, before=before)
         elif name == "free_bytes":
             free_bytes(int(args[0]), patch)
+        elif name == "read_only":
+            read_only(":".join(args), patch)
         else:
             raise ValueError(f"unknown fault {name!r} in {spec!r}")
     return out

@@ -380,3 +380,125 @@ def test_reporter_progress_bar_and_plain_lines(tmp_path, capsys):
             assert lines[-1] == "epoch 2 step 4 val: loss 0.5000 error 12.50%"
         recs = [json.loads(x) for x in open(workdir / "metrics.jsonl")]
         assert recs == [{"step": 4, "epoch": 2, "split": "val", "loss": 0.5, "error": 12.5}]
+
+
+def _tiny_config(seeds=None):
+    """The tiny digits CNN of :data:`TINY` (1 epoch of 4 steps) as a config object."""
+    from invjax import configs
+
+    c = configs.load(os.path.join(REPO, "configs/digits_cnn.py"))
+    c.data.name, c.data.n_train = "digits", 100
+    c.model.width = 4
+    c.train.update(
+        batch_size=32, num_epochs=1, lr_boundaries=(), eval_batch_size=200, log_every_steps=0
+    )
+    c.seeds = seeds
+    return c
+
+
+@pytest.mark.slow
+def test_python_api_trains_seeds_locked_and_refuses_the_other_kind(tmp_path):
+    """``train_and_evaluate`` is the command without its flags: ``config.seeds=(0, 1)`` trains
+    two models in ``seed_<k>/`` and records the folder's kind; a second process holding the
+    workdir's lock refuses a concurrent call before anything is read; the single-run job in
+    that folder is refused naming the command that fits, before any compute."""
+    from invjax import train, workdir
+
+    wd = str(tmp_path / "k")
+    summary = train.train_and_evaluate(_tiny_config(seeds=(0, 1)), wd)
+    assert sorted(summary["results"]) == [0, 1]
+    for k in (0, 1):
+        with open(os.path.join(wd, f"seed_{k}", "results.json")) as f:
+            assert json.load(f)["test_error"] == summary["results"][k]["test_error"]
+    assert summary["test_error"] == pytest.approx(
+        (summary["results"][0]["test_error"] + summary["results"][1]["test_error"]) / 2
+    )
+    with open(os.path.join(wd, workdir.KIND_FILE)) as f:
+        assert json.load(f) == {"kind": "seeds", "seeds": [0, 1]}
+    before = snapshot(wd)
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom invjax import workdir\nworkdir.acquire(sys.argv[1])\n"
+            "print('held', flush=True)\ntime.sleep(120)\n",
+            wd,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(workdir.WorkdirBusyError, match=f"pid {holder.pid}"):
+            train.train_and_evaluate(_tiny_config(seeds=(0, 1)), wd)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    with pytest.raises(workdir.WorkdirError, match="resume them with --config.seeds=0,1") as e:
+        train.train_and_evaluate(_tiny_config(), wd)
+    assert f"--workdir={os.path.join(wd, 'seed_0')}" in str(e.value)
+    after = snapshot(wd)
+    after.pop(workdir.LOCK_FILE, None)
+    before.pop(workdir.LOCK_FILE, None)
+    assert after == before  # neither refusal wrote anything
+
+    single = str(tmp_path / "one")
+    train.train_and_evaluate(_tiny_config(), single)
+    with pytest.raises(workdir.WorkdirError, match="holds a single run.*without --config.seeds"):
+        train.train_and_evaluate(_tiny_config(seeds=(0, 1)), single)
+
+
+# Emulates an editable install (setuptools' finder comes after the path's finder) with the
+# working directory first on sys.path, as `python -m` puts it: a folder named invjax there
+# (a clone, seen from its parent) then becomes a namespace package ahead of the real one.
+_FROM_A_CLONES_PARENT = """
+import importlib.machinery, os, runpy, sys
+sys.path.insert(0, os.getcwd())
+repo = sys.argv[1]
+sys.meta_path = [f for f in sys.meta_path
+                 if not getattr(f, "__module__", "").startswith("__editable__")]
+class Installed:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "invjax" or name.startswith("invjax."):
+            where = os.path.join(repo, *name.split(".")[:-1])
+            return importlib.machinery.PathFinder.find_spec(name, [where])
+        return None
+sys.meta_path.append(Installed)
+sys.argv = ["invjax.main", *sys.argv[2:]]
+runpy.run_module("invjax.main", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_main_from_a_directory_holding_a_folder_named_invjax(tmp_path):
+    """Run from a clone's parent (a folder ``invjax/`` with a ``configs/`` package beside the
+    command): the config loads with invjax's own ``invjax.configs`` (the repository's
+    ``configs/`` has no ``load``), and a bad value is still one line."""
+    (tmp_path / "invjax" / "configs").mkdir(parents=True)
+    (tmp_path / "invjax" / "configs" / "__init__.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    config = os.path.join(REPO, "configs", "digits_cnn.py")
+
+    def main(*args):
+        return subprocess.run(
+            [sys.executable, "-c", _FROM_A_CLONES_PARENT, REPO, f"--config={config}", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+
+    proc = main(f"--workdir={tmp_path / 'w'}", "--dry_run", "--config.data.name=digits")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dry run: single experiment" in proc.stdout
+    proc = main(f"--workdir={tmp_path / 'w'}", "--config.train.num_epochs=0")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("invjax: error: ")
+    assert "num_epochs" in proc.stderr.strip().splitlines()[-1]
+    assert not os.path.exists(tmp_path / "w")

@@ -106,7 +106,7 @@ def single1(tmp_path_factory):
     return workdir, dataset
 
 
-def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path):
+def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path, capsys):
     ref_dir, ref_data = single1
     workdir = str(tmp_path / "k")
     # One epoch first, then the same command with two: every model resumes from step 4.
@@ -116,6 +116,12 @@ def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path):
     np.testing.assert_array_equal(data[1].train.images, ref_data.train.images)
     assert not np.array_equal(data[0].train.images, data[1].train.images)  # its own subset
     many.execute(mplan)
+    # Every line of each model's banner starts with its seed (the two banners interleave).
+    said = capsys.readouterr().out.splitlines()
+    for k in (0, 1):
+        banner = [x for x in said if x.startswith(f"seed {k}:   ")]
+        assert any(x.startswith(f"seed {k}:   model: cnn") for x in banner), said
+    assert not [x for x in said if x.startswith("  ")], said
     mplan = many.check(tiny(seeds=(0, 1), epochs=2, seeds_strategy="loop"), workdir)
     assert [p.stages[0].experiment.restored.step for p in mplan.plans] == [4, 4]
     summary = many.execute(mplan)
@@ -311,11 +317,10 @@ def test_the_command_prints_each_model_then_the_mean(tmp_path):
 
 
 def test_dry_run_describes_every_model_and_writes_nothing(tmp_path):
-    from invjax import main
+    from invjax import train
 
     workdir = str(tmp_path / "w")
-    mplan = many.check(tiny(seeds=(3, 4)), workdir)
-    text = many.describe(mplan, lambda p: main._describe(p, describe))
+    text = train.dry_run(tiny(seeds=(3, 4)), workdir, describe)
     assert text.startswith("dry run: 2 models (seeds 3, 4) of one config in one program")
     assert f"seed 4 in {workdir}/seed_4:" in text and f"run: {workdir}/seed_3 (fresh start)" in text
     assert not os.path.exists(workdir)
@@ -424,3 +429,41 @@ def test_vmapped_models_stay_stacked_where_the_epoch_hook_does_nothing(tmp_path,
         return {m: {k: v for k, v in d.items() if (m, k) not in noise} for m, d in p.items()}
 
     assert_params_close(without_noise(mine["params"]), without_noise(ref["params"]), 1e-3, 2e-5)
+
+
+@pytest.mark.slow
+def test_commands_name_the_folder_that_fits_a_folder_of_k_models(tmp_path):
+    """The folder of a run of seeds 0, 1 (its record): the same command without
+    ``--config.seeds`` is refused (it trained a fresh seed-0 run there), naming the command
+    that fits; exporting or measuring the folder names ``DIR/seed_<k>``. Each one line, exit 2,
+    before any compute, nothing written."""
+    workdir = tmp_path / "k"
+    (workdir / "seed_0").mkdir(parents=True)
+    (workdir / "run_kind.json").write_text(json.dumps({"kind": "seeds", "seeds": [0, 1]}))
+    before = sorted(str(p) for p in workdir.rglob("*"))
+
+    def one_line(*argv):
+        proc = subprocess.run(
+            [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=240
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        return line
+
+    line = one_line(*command(workdir))
+    assert line == (
+        f"invjax: error: --workdir={workdir} holds the models of seeds 0,1 (a run of "
+        "--config.seeds, run_kind.json): resume them with --config.seeds=0,1, or give "
+        f"--workdir={workdir / 'seed_0'} for the single run of one seed, or choose a new --workdir"
+    )
+    hint = f"give one model's run, --workdir={workdir / 'seed_<k>'} (e.g. {workdir / 'seed_0'})"
+    line = one_line("-m", "invjax.export", f"--workdir={workdir}", f"--out={tmp_path / 'x'}")
+    assert line.startswith("invjax.export: error: ") and line.endswith(hint), line
+    line = one_line(
+        "-m", "invjax.invariance", "--config=configs/digits_cnn.py", f"--workdir={workdir}",
+        "--config.data.name=digits",
+    )  # fmt: skip
+    assert line.startswith("invjax.invariance: error: ") and line.endswith(hint), line
+    assert sorted(str(p) for p in workdir.rglob("*")) == before
+    assert not (tmp_path / "x").exists()

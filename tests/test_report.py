@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,7 +121,7 @@ def test_plot_or_a_message_without_matplotlib(runs, tmp_path, capsys):
 
 def dry_run(*args):
     proc = subprocess.run(
-        [sys.executable, str(REPO / "launch" / "sweep.py"), *args, "--dry-run"],
+        [sys.executable, str(REPO / "launch" / "sweep.py"), *args, "--dry_run"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -426,7 +428,238 @@ def test_a_run_of_several_models_resumes_and_finishes_by_its_models_dirs(tmp_pat
     (tmp_path / "r" / "seed_0" / "results.json").write_text("{}")
     assert not sweep.finished(run)
     (tmp_path / "r" / "seed_1" / "results.json").write_text("{}")
+    # Results copied in without their run (no stored config.json to compare: a record landed
+    # from elsewhere) are taken as they are; a run's own: test_sweep_reruns_changed_points.
     assert sweep.finished(run)
     single = sweep.Run("e", "digits_cnn", {"seed": 0}, ("n20", 0), str(tmp_path / "s"))
     (tmp_path / "s" / "checkpoints").mkdir(parents=True)
     assert sweep.resumes(single) and not sweep.finished(single)
+
+
+# ----------------------------------------------------------------------------- each run once
+
+
+def test_each_run_counted_once_and_odd_results_named(tmp_path, capsys):
+    """A run of seeds 0, 1 whose folder also got a single run of seed 0 (trained into it by the
+    same command without ``--config.seeds``), and a copy of a finished run elsewhere: two runs,
+    not four; a ``results.json`` holding a list is named, not skipped silently."""
+    root = tmp_path / "runs"
+    k = root / "k"
+    for seed, err in ((0, 89.5), (1, 88.6)):
+        write_run(k, f"seed_{seed}", err, seed, 100)
+    (k / "seeds.json").write_text(json.dumps({"seeds": [0, 1]}))
+    stray = dict(config_file="configs/cifar10_std.py", overrides={"data.n_train": 100})
+    (k / "results.json").write_text(
+        json.dumps(dict(test_error=89.5, seed=0, n_train=100, dataset="cifar10", **stray))
+    )
+    write_run(root, "copy/of_seed_1", 88.6, 1, 100)
+    (root / "listed").mkdir()
+    (root / "listed" / "results.json").write_text("[1, 2]")
+    rows = report.aggregate(report.find_results(str(root)), str(root))
+    err = capsys.readouterr().err
+    assert [(r["runs"], r["seeds"]) for r in rows] == [(2, [0, 1])]
+    assert rows[0]["test_error_mean"] == pytest.approx(89.05)
+    assert rows[0]["test_error_std"] == pytest.approx(0.9 / 2**0.5)
+    assert f"skipping {k / 'results.json'}: {k} holds the models of a run of several" in err
+    assert f"skipping {root / 'listed' / 'results.json'}: it holds a JSON list" in err
+    assert (
+        f"skipping {k / 'seed_1' / 'results.json'}: the same run (seed 1, same config and "
+        f"overrides) as {root / 'copy' / 'of_seed_1'}, counted once"
+    ) in err
+    # The folder's record says the same without seeds.json.
+    (k / "seeds.json").unlink()
+    (k / "run_kind.json").write_text(json.dumps({"kind": "seeds", "seeds": [0, 1]}))
+    rows = report.aggregate(report.find_results(str(root)), str(root))
+    assert [r["runs"] for r in rows] == [2]
+
+
+@pytest.mark.slow
+def test_report_on_a_read_only_runs_folder(runs, tmp_path):
+    """Every write under the runs folder fails (EROFS, as a read-only mount): the report is
+    printed and says where no plot could go (exit 0); a plot asked for there is refused in
+    one line before anything is read (exit 2); a plot elsewhere is drawn."""
+    import tiny_runs
+
+    def report_cmd(*args):
+        return tiny_runs.run_module(
+            "invjax.report", str(runs), *args, fault=f"read_only:{runs}", timeout=120
+        )
+
+    proc = report_cmd("--markdown")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "| cifar10_std | cifar10 | 100 | 3 | 12.00 ± 2.00 |" in proc.stdout
+    assert f"report: no plot drawn: {runs} is not writable (Read-only file system)" in proc.stderr
+    assert not (runs / "error_vs_n_train.png").exists()
+    proc = report_cmd("--plot", str(runs / "p.png"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"report: error: --plot={runs / 'p.png'}: {runs} is not writable (Read-only file system)"
+    ]
+    assert proc.stdout == ""
+    proc = report_cmd("--plot", str(tmp_path / "p.png"), "--curves", str(tmp_path / "c.png"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def _png_size(path) -> tuple[int, int]:
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_plots_keep_their_size_with_long_override_strings(tmp_path):
+    """Two experiments that differ in a long override string (a sweep's ``--set`` of a
+    multi-stream recipe): the legend labels wrap, so the plot keeps one panel's width (was
+    3471 x 498 px, the legend squeezing the plots) and its height stays bounded."""
+    root = tmp_path / "runs"
+    for head in ("concat", "weighted_sum"):
+        long = {
+            f"phase1.stream_{i}.train.learning_rate_schedule_boundaries": f"({len(head)}, 24)"
+            for i in range(6)
+        }  # fmt: skip, differs between the experiments
+        for n in (100, 1000):
+            for seed in (0, 1):
+                d = write_run(
+                    root, f"{head}/n{n}_s{seed}", 10.0 + seed, seed, n, "configs/cifar10_triple.py",
+                    overrides={"seed": seed, "data.n_train": n, "model.head": head, **long},
+                )  # fmt: skip
+                metrics = [
+                    {"step": e, "epoch": e, "split": s, "loss": 1.0 / e, "error": 50.0 / e}
+                    for e in (1, 2, 3) for s in ("train", "val")
+                ]  # fmt: skip
+                (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    assert report.main([str(root), "--no-plot"]) == 0
+    rows = report.aggregate(report.find_results(str(root)), str(root))
+    width, height = _png_size(report.plot(rows, str(tmp_path / "p.png")))
+    # One panel: 5.5 x 4.2 in at 120 dpi (660 x 504 px) plus the axis labels and the legend.
+    assert width <= 800 and height <= 900, (width, height)
+    # A single run's own folder: its label is its long experiment name.
+    one = root / "concat" / "n100_s0"
+    path = report.plot_curves(report.find_results(str(one)), str(one), str(tmp_path / "c.png"))
+    width, height = _png_size(path)
+    assert width <= 1500 and height <= 900, (width, height)
+    assert "\n" in report.legend_label("a" * 50 + ", " + "b" * 50)
+    assert report.legend_label("x, " * 100).count("\n") == 2
+
+
+# ----------------------------------------------------------------------------- sweeps keep promises
+
+TINY_SWEEP = {
+    "data.name": "digits",
+    "model.width": 4,
+    "train.batch_size": 50,
+    "train.eval_batch_size": 400,
+    "train.lr_boundaries": "()",
+    "train.log_every_steps": 0,
+}
+
+
+def sweep_cmd(runs_dir, **settings) -> list[str]:
+    cmd = [sys.executable, str(REPO / "launch" / "sweep.py"), "digits_cnn", "--sizes", "100"]
+    cmd += ["--seeds", "0", "--runs-dir", str(runs_dir), "--local"]
+    for k, v in {**TINY_SWEEP, **settings}.items():
+        cmd += ["--set", f"{k}={v}"]
+    return cmd
+
+
+def run_sweep(runs_dir, **settings):
+    return subprocess.run(
+        sweep_cmd(runs_dir, **settings), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_sweep_reruns_changed_points(tmp_path):
+    """A 1-epoch sweep, then the same points with ``train.num_epochs=2``: the point is run
+    again and resumes to 2 epochs (it was "1 of 1 runs finished already (skipped)"); then it is
+    finished; a changed model is refused before any run starts, naming the difference."""
+    runs_dir = tmp_path / "runs"
+    point = runs_dir / "digits_cnn" / "n100_s0"
+    first = run_sweep(runs_dir, **{"train.num_epochs": 1})
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads((point / "results.json").read_text())["epochs"] == 1
+    longer = run_sweep(runs_dir, **{"train.num_epochs": 2})
+    assert longer.returncode == 0, longer.stdout + longer.stderr
+    assert "0 of 1 runs finished already (skipped)" in longer.stdout
+    assert (
+        " resume: " in longer.stdout and "resuming from the checkpoint of step 2" in longer.stdout
+    )
+    assert json.loads((point / "results.json").read_text())["epochs"] == 2
+    again = run_sweep(runs_dir, **{"train.num_epochs": 2})
+    assert again.returncode == 0 and "1 of 1 runs finished already (skipped)" in again.stdout
+    before = sorted(p.name for p in point.iterdir())
+    other = run_sweep(runs_dir, **{"train.num_epochs": 2, "model.width": 8})
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert " start: " not in other.stdout and "Traceback" not in other.stderr
+    (line,) = other.stderr.strip().splitlines()
+    assert line.startswith(f"sweep: error: {point} was run with other settings than this sweep's")
+    assert "model.width: 4 stored, 8 now" in line
+    assert sorted(p.name for p in point.iterdir()) == before
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _wait_for(predicate, timeout=240, what=""):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG")
+def test_sweep_sighup_and_sigkill_stop_its_runs(tmp_path):
+    """SIGHUP (a closed terminal) to ``sweep.py --local`` stops its run as SIGTERM does (the
+    run saves, exits 143; the sweep exits 129); SIGKILL to the sweep leaves no orphan training
+    on: the run gets SIGTERM from the kernel, saves its step and stops, releasing its lock."""
+    runs_dir = tmp_path / "runs"
+    point = runs_dir / "digits_cnn" / "n100_s0"
+    ckpts = point / "checkpoints"
+    steps = lambda: (
+        sorted(int(d) for d in os.listdir(ckpts) if d.isdigit()) if ckpts.is_dir() else []
+    )  # noqa: E731, E501
+    cmd = sweep_cmd(runs_dir, **{"train.num_epochs": 500})
+    outs = []
+    for sig in (signal.SIGHUP, signal.SIGKILL):
+        out, err = (open(tmp_path / f"{sig.name}.{s}", "w+") for s in ("out", "err"))
+        outs.append((out, err))
+        sweep_proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, text=True)
+        seen = steps()[-1] if steps() else 0
+        (run_pid,) = _wait_for(lambda p=sweep_proc.pid: _children(p), what="the run")
+        _wait_for(lambda s=seen: steps() and steps()[-1] > s, what="a checkpoint")
+        sweep_proc.send_signal(sig)
+        status = sweep_proc.wait(timeout=120)
+        _wait_for(lambda p=run_pid: not os.path.exists(f"/proc/{p}"), timeout=120, what="the run")
+        out.seek(0)
+        err.seek(0)
+        text, errors = out.read(), err.read()
+        if sig == signal.SIGHUP:
+            assert status == 128 + signal.SIGHUP, text + errors
+            assert "sweep: SIGHUP: passed to 1 run(s) as SIGTERM" in text
+            assert "slot 0 exit 143 " in text, text
+        else:
+            assert status == -signal.SIGKILL
+        stopped = [x for x in errors.splitlines() if "stopped by SIGTERM after step" in x]
+        assert len(stopped) == 1 and "checkpoint saved in" in stopped[0], errors[-3000:]
+        step = int(stopped[0].split("after step ")[1].split()[0])
+        assert steps()[-1] == step
+        assert not (point / "invjax.lock").exists()  # released: a rerun is not "in use"
+    for f in (f for pair in outs for f in pair):
+        f.close()

@@ -140,10 +140,12 @@ def read_run(workdir: str):
     import ml_collections
 
     from invjax import checkpoint
+    from invjax import workdir as workdir_lib
     from invjax.training import plan
 
     if not os.path.isdir(workdir):
         raise ValueError(f"--workdir={workdir}: no such directory")
+    workdir_lib.refuse_seeds_folder(workdir)  # K models: one of its seed_<k>/ is a run
     stored = checkpoint.read_config(workdir)
     if stored is None:
         raise ValueError(

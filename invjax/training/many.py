@@ -40,8 +40,8 @@ from invjax.training.experiment import with_sources
 from invjax.training.optimizer import is_int
 
 KEYS = ("seeds", "realisation_from_seed", "seeds_strategy")
-SEED_DIR = "seed_{}"
-SUMMARY_FILE = "seeds.json"
+SEED_DIR = workdir_lib.SEED_DIR
+SUMMARY_FILE = workdir_lib.SEEDS_SUMMARY
 STRATEGIES = ("auto", *lockstep.STRATEGIES)
 
 
