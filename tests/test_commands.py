@@ -10,7 +10,7 @@ from the repository root in its cheapest honest form:
   prepared must stop with exit status 2 and one line naming ``python -m invjax.data.prepare``.
 - ``invjax.invariance --table1``: two samples, one column; model mode on two photos.
 - ``invjax.report``: on a directory with two finished (fake) runs.
-- ``launch/sweep.py``: with ``--dry-run``; other ``python -m`` modules (``invjax.models``): as
+- ``launch/sweep.py``: with ``--dry_run``; other ``python -m`` modules (``invjax.models``): as
   written (shapes only).
 - ``invjax.data.prepare NAME``: ``--help``, and ``NAME`` is one it accepts (no download here).
 - benchmarks and other scripts: ``--help``; ``pip install``: the extras and files it names exist; ``bash FILE``:
@@ -217,8 +217,8 @@ def check_command(command: str, tmp_path: pathlib.Path) -> None:
         return check_help(words)
     if module.endswith(".py") and module != "launch/sweep.py":
         return check_help(words)  # other scripts (e.g. requirements/freeze.py) write files
-    if module == "launch/sweep.py" and "--dry-run" not in args:
-        args.append("--dry-run")
+    if module == "launch/sweep.py" and "--dry_run" not in args:
+        args.append("--dry_run")
     proc = run(args)
     assert proc.returncode == 0, (command, proc.stderr[-3000:])
     assert proc.stdout.strip(), command
