@@ -321,23 +321,93 @@ def test_a_step_without_manifest_is_not_loaded_unless_trusted(finished, tmp_path
     assert checkpoint.restore_latest(workdir).step == 8
 
 
-def test_a_step_killed_before_its_manifest_loads_and_gets_it(finished, tmp_path, caplog):
+def test_a_step_killed_before_its_manifest_is_not_loaded_until_trusted(finished, tmp_path, caplog):
     """A kill between orbax's commit and the manifest leaves the save's pending marker and no
-    manifest: orbax's atomic commit makes the step complete, so it loads (with a warning) and
-    the next writer records its manifest; without the marker (manifest deleted) it would not."""
+    manifest. The marker says why the manifest is missing, not that the files are sound, so the
+    step is unverified: the newest verified step loads, the next writer sets the step aside
+    (with its marker) and records nothing for it; ``trust_step`` alone certifies it."""
+    workdir0, *_ = finished
+    for trusted in (False, True):
+        workdir = str(tmp_path / f"run{int(trusted)}")
+        shutil.copytree(workdir0, workdir)
+        manifests = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR)
+        os.remove(os.path.join(manifests, "8.json"))
+        open(os.path.join(manifests, "8.pending"), "w").close()  # as Writer.save leaves it
+        assert checkpoint.is_unrecorded(workdir, 8)
+        if trusted:
+            checkpoint.trust_step(workdir, 8)
+            assert sorted(os.listdir(manifests)) == ["4.json", "6.json", "8.json"]
+            assert checkpoint.verify_manifest(workdir, 8) is None
+            assert checkpoint.restore_latest(workdir).step == 8
+            continue
+        with caplog.at_level(logging.WARNING):
+            restored = checkpoint.restore_latest(workdir)
+        assert restored.step == 6 and [s for s, _ in restored.skipped] == [8]
+        assert "its save was interrupted before its integrity manifest" in restored.skipped[0][1]
+        step_dir = os.path.join(checkpoint.checkpoint_dir(workdir), "8")
+        files = snapshot(step_dir)
+        checkpoint.Writer(workdir, keep=3, set_aside=restored.skipped).close()
+        assert sorted(os.listdir(manifests)) == ["4.json", "6.json"]  # nothing recorded
+        assert checkpoint.list_steps(workdir) == [4, 6]
+        aside = os.path.join(workdir, checkpoint.CORRUPT_SUBDIR)
+        moved = sorted(os.listdir(aside))
+        assert len(moved) == 2 and moved[0].startswith("8-") and moved[1] == moved[0] + ".pending"
+        assert snapshot(os.path.join(aside, moved[0])) == files  # kept, byte for byte
+        with pytest.raises(checkpoint.CheckpointError, match=f"set aside as {aside}/8-"):
+            checkpoint.trust_step(workdir, 8)
+
+
+def _intact_manifest(workdir, step):
+    with open(os.path.join(workdir, checkpoint.MANIFEST_SUBDIR, f"{step}.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda m: {}, "is malformed (it lists no files)"),
+        (lambda m: [], "is malformed (a JSON list, not an object of files)"),
+        (lambda m: None, "is malformed (a JSON NoneType, not an object of files)"),
+        (lambda m: dict.fromkeys(m, "ok"), "is not [size, sha256]"),
+        (lambda m: {k: [v[0], v[1][:8]] for k, v in m.items()}, "is not [size, sha256]"),
+        (lambda m: dict(list(m.items())[1:]), "is not in its manifest"),  # a file unlisted
+        (lambda m: {"state/extra": [1, "0" * 64], **m}, "file state/extra is missing"),
+    ],
+    ids=["empty", "list", "null", "strings", "short-sha", "unlisted-file", "extra-entry"],
+)
+def test_only_a_manifest_that_lists_every_file_verifies_a_step(finished, tmp_path, edit, why):
+    """Step 8 damaged (one byte flipped), its manifest replaced by an edited one: never verified,
+    so step 6 loads; ``trust_step`` refuses to replace the manifest (one CheckpointError)."""
     workdir0, *_ = finished
     workdir = str(tmp_path / "run")
     shutil.copytree(workdir0, workdir)
-    manifests = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR)
-    os.remove(os.path.join(manifests, "8.json"))
-    open(os.path.join(manifests, "8.pending"), "w").close()  # as Writer.save leaves it
-    assert checkpoint.is_unrecorded(workdir, 8)
-    with caplog.at_level(logging.WARNING):
-        assert checkpoint.restore_latest(workdir).step == 8
-    assert any("before recording its integrity manifest" in r.getMessage() for r in caplog.records)
-    checkpoint.Writer(workdir, keep=3).close()
-    assert sorted(os.listdir(manifests)) == ["4.json", "6.json", "8.json"]
-    assert checkpoint.verify_manifest(workdir, 8) is None
+    corrupt(workdir, 8, flip=True)
+    path = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR, "8.json")
+    edited = edit(_intact_manifest(workdir, 8))
+    with open(path, "w") as f:
+        json.dump(edited, f)
+    problem = checkpoint.verify_manifest(workdir, 8)
+    assert problem is not None and why in problem, problem
+    restored = checkpoint.restore_latest(workdir)
+    assert restored.step == 6 and restored.skipped == [(8, problem)]
+    with pytest.raises(checkpoint.CheckpointError, match="has a manifest \\(not verified: "):
+        checkpoint.trust_step(workdir, 8)
+    assert checkpoint.verify_manifest(workdir, 8) == problem  # the manifest is left as it was
+
+
+def test_every_saved_step_lists_all_its_files(finished):
+    """The strict rule holds for what training writes: every step of the finished run (saved,
+    reopened by later writers) has no file outside its manifest."""
+    workdir, *_ = finished
+    for step in checkpoint.list_steps(workdir):
+        assert checkpoint.verify_manifest(workdir, step) is None
+        step_dir = os.path.join(checkpoint.checkpoint_dir(workdir), str(step))
+        files = {
+            os.path.relpath(os.path.join(r, f), step_dir)
+            for r, _, fs in os.walk(step_dir)
+            for f in fs
+        }
+        assert set(_intact_manifest(workdir, step)) == files
 
 
 def test_no_verified_step_stops_naming_how_to_load_one(finished, tmp_path):
