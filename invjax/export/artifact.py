@@ -261,7 +261,8 @@ def manifest_problem(m: dict) -> str | None:
     if not (isinstance(classes, list) and all(isinstance(x, str) for x in classes)):
         return f"output.classes {classes!r} is not a list of names"
     if len(classes) != logits[1]:
-        return f"output.classes has {len(classes)} names for {logits[1]} logits"
+        n = len(classes)
+        return f"output.classes has {n} name{'' if n == 1 else 's'} for {logits[1]} logits"
     source = m.get("source")
     if not (isinstance(source, dict) and isinstance(source.get("dataset"), str)):
         return "source.dataset is not a name"
@@ -379,8 +380,8 @@ def check_destination(out: str) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".invjax-export-probe-", dir=parent))
     except OSError as e:
         raise ValueError(
-            f"--out={out} cannot be written ({e.strerror or short_error(e)} in {parent}): give "
-            "a directory where this process may create files"
+            f"--out={out} cannot be created: {parent} does not let this process create a "
+            f"directory there ({e.strerror or short_error(e)}); give another --out"
         ) from None
 
 
