@@ -447,18 +447,36 @@ def restore_latest(
 
 
 def read_config(workdir: str) -> dict | None:
-    """The config stored with the newest checkpoint whose meta can be read (None if none)."""
+    """The config stored with the newest verified checkpoint whose meta can be read, else (no
+    step verified) with the newest readable one, for the messages about it; None if none.
+
+    Steps are checked newest first and the first verified one answers, so a run whose newest
+    step is sound hashes only that step here."""
     steps = list_steps(workdir)
     if not steps:
         return None
     mngr = _manager(checkpoint_dir(workdir), read_only=True)
+
+    def meta_config(step):
+        try:
+            out = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+            return True, dict(out.meta).get("config")
+        except Exception:  # noqa: BLE001 (an unreadable meta: try the previous step)
+            return False, None
+
     try:
+        unverified = []
         for step in reversed(steps):
-            try:
-                out = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-                return dict(out.meta).get("config")
-            except Exception:  # noqa: BLE001 (an unreadable meta: try the previous step)
+            if verify_manifest(workdir, step) is not None:
+                unverified.append(step)
                 continue
+            ok, config = meta_config(step)
+            if ok:
+                return config
+        for step in unverified:
+            ok, config = meta_config(step)
+            if ok:
+                return config
     finally:
         mngr.close()
     return None

@@ -400,6 +400,25 @@ def test_only_a_manifest_that_lists_every_file_verifies_a_step(finished, tmp_pat
     assert checkpoint.verify_manifest(workdir, 8) == problem  # the manifest is left as it was
 
 
+def test_the_config_is_read_from_a_verified_step(finished, tmp_path):
+    """An edited config in the newest step's meta (its manifest intact, so the step is damaged)
+    is not the run's config: the newest verified step's is."""
+    workdir0, *_ = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(workdir0, workdir)
+    path = os.path.join(checkpoint.checkpoint_dir(workdir), "8", "meta", "metadata")
+    with open(path) as f:
+        meta = json.load(f)
+    assert meta["config"]["model"]["width"] == 4
+    meta["config"]["model"]["width"] = 6
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    assert "file meta/metadata " in checkpoint.verify_manifest(workdir, 8)
+    assert checkpoint.read_config(workdir)["model"]["width"] == 4
+    shutil.rmtree(os.path.join(workdir, checkpoint.MANIFEST_SUBDIR))  # none verified: the newest
+    assert checkpoint.read_config(workdir)["model"]["width"] == 6
+
+
 def test_every_saved_step_lists_all_its_files(finished):
     """The strict rule holds for what training writes: every step of the finished run (saved,
     reopened by later writers) has no file outside its manifest."""

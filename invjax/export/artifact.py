@@ -127,10 +127,7 @@ class ExportedRun:
     def load(cls, path) -> ExportedRun:
         """The export in directory ``path``, verified (module doc); :class:`ExportError`."""
         path = os.fspath(path)
-        again = (
-            f"export the run again (python -m invjax.export --workdir={_source_hint(path)} "
-            "--out=NEW_DIR)"
-        )
+        again = _Again(path)
         where = os.path.join(path, MANIFEST_FILE)
         if not os.path.isfile(where):
             raise ExportError(
@@ -194,14 +191,22 @@ class ExportedRun:
         return cls(path, manifest, program)
 
 
-def _source_hint(path: str) -> str:
-    """The run directory an export names (for the advice to export again), or ``RUN``."""
-    try:
-        with open(os.path.join(path, MANIFEST_FILE), encoding="utf-8") as f:
-            workdir = json.load(f)["source"]["workdir"]
-        return workdir if isinstance(workdir, str) and workdir else "RUN"
-    except Exception:  # noqa: BLE001 (only a hint: the manifest may be anything)
-        return "RUN"
+class _Again:
+    """The advice to export again, naming the run the manifest names (read only when a message
+    is formatted: a hint, the manifest may be anything)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __str__(self) -> str:
+        try:
+            with open(os.path.join(self.path, MANIFEST_FILE), encoding="utf-8") as f:
+                workdir = json.load(f)["source"]["workdir"]
+            if not isinstance(workdir, str) or not workdir or "\n" in workdir:
+                workdir = "RUN"
+        except Exception:  # noqa: BLE001 (only a hint)
+            workdir = "RUN"
+        return f"export the run again (python -m invjax.export --workdir={workdir} --out=NEW_DIR)"
 
 
 def _is_number(v) -> bool:
