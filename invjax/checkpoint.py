@@ -34,7 +34,7 @@ passed, moves the steps that were passed over out of the way (into
 ``WORKDIR/corrupt_checkpoints/``, never deleting them) so that training can save those step
 numbers again.
 
-Command line (``python -m invjax.checkpoint --workdir=DIR``): lists the steps and whether each is
+Command line (``python -m invjax.checkpoint DIR``, or ``--workdir=DIR``): lists the steps and whether each is
 verified; ``--trust_step=N`` records a manifest for a step that has none (exit 2 and one line
 for a step that has one, well-formed or not).
 """
@@ -676,15 +676,28 @@ def _describe_steps(workdir: str) -> list[str]:
     return lines
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as the one ``invjax.checkpoint: error: ...`` line (exit 2), not argparse's
+    usage block."""
+
+    def error(self, message):
+        print(f"invjax.checkpoint: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="python -m invjax.checkpoint",
         description="List a run's checkpoints and whether each is verified; --trust_step=N "
         "records the manifest of a step that has none, so that it loads.",
     )
-    parser.add_argument("--workdir", required=True)
+    parser.add_argument("dir", nargs="?", default=None, help="the run's directory (or --workdir)")
+    parser.add_argument("--workdir", default=None)
     parser.add_argument("--trust_step", type=int, default=None)
     args = parser.parse_args(argv)
+    if (args.dir is None) == (args.workdir is None):
+        parser.error("give the run's directory once: as DIR or as --workdir=DIR")
+    args.workdir = args.workdir if args.workdir is not None else args.dir
     try:
         if not epath.Path(checkpoint_dir(args.workdir)).is_dir():
             raise CheckpointError(f"{checkpoint_dir(args.workdir)} holds no checkpoints")

@@ -520,8 +520,8 @@ def _copy_run(tiny_digits_run, tmp_path):
 
 
 def _listing(wd):
-    """``python -m invjax.checkpoint --workdir=wd``: ``{step: its line}``."""
-    proc = run_module("invjax.checkpoint", f"--workdir={wd}", timeout=120)
+    """``python -m invjax.checkpoint wd``: ``{step: its line}``."""
+    proc = run_module("invjax.checkpoint", wd, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     return {int(x.split(":")[0].split()[1]): x for x in lines if x.startswith("step ")}
@@ -586,6 +586,10 @@ def test_trust_step_on_a_malformed_manifest_is_one_line(tiny_digits_run, tmp_pat
         ), line
         assert line.endswith("only a step without one can be trusted"), line
         assert open(path).read() == content
+    usage = run_module("invjax.checkpoint", "--trust_step=x", timeout=120)  # a usage error
+    assert usage.returncode == 2 and usage.stderr.strip().splitlines() == [
+        "invjax.checkpoint: error: argument --trust_step: invalid int value: 'x' (see --help)"
+    ], usage.stderr
 
 
 @pytest.mark.slow

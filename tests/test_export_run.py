@@ -135,6 +135,7 @@ def test_export_command_refuses_bad_input(tmp_path, exported):
         ([f"--workdir={tmp_path / 'nope'}", f"--out={tmp_path / 'a'}"], "no such directory"),
         ([f"--workdir={tmp_path}", f"--out={tmp_path / 'b'}"], "holds no readable checkpoint"),
         ([f"--workdir={run}", f"--out={out}"], "exists and is not an empty directory"),
+        ([f"--workdir={run}"], "the following arguments are required: --out (see --help)"),
     ]
     for args, match in cases:
         proc = run_module("invjax.export", *args, timeout=120)

@@ -14,8 +14,17 @@ import argparse
 import sys
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as the one ``invjax.export: error: ...`` line (exit 2), not argparse's usage
+    block."""
+
+    def error(self, message):
+        print(f"invjax.export: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="python -m invjax.export",
         description=__doc__.split("\n")[0],
         epilog="Load it with invjax.export.load(DIR): a callable from raw images to logits.",
