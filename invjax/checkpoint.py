@@ -34,9 +34,9 @@ passed, moves the steps that were passed over out of the way (into
 ``WORKDIR/corrupt_checkpoints/``, never deleting them) so that training can save those step
 numbers again.
 
-Command line (``python -m invjax.checkpoint DIR``, or ``--workdir=DIR``): lists the steps and whether each is
-verified; ``--trust_step=N`` records a manifest for a step that has none (exit 2 and one line
-for a step that has one, well-formed or not).
+Command line (``python -m invjax.checkpoint DIR``, or ``--workdir=DIR``): lists the steps and
+whether each is verified; ``--trust_step=N`` records a manifest for a step that has none (exit 2
+and one line for a step that has one, well-formed or not).
 """
 
 from __future__ import annotations

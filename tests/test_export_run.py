@@ -456,9 +456,10 @@ def test_the_checksums_cover_the_whole_export(exported):
 @pytest.mark.slow
 def test_a_bad_destination_is_refused_before_the_run_is_read(tmp_path):
     """``--out`` empty, under a file, inside /proc (tests run as root, for whom permission bits
-    do not stop a write: a read-only place is a path the kernel refuses, whoever asks) or an
-    empty mount point (where this process may mount a tmpfs): exit 2 and one line about ``--out``, with a ``--workdir`` that does not
-    exist, so the destination is provably checked first; nothing is created."""
+    do not stop a write: a read-only place is a path the kernel refuses, whoever asks), a file,
+    or an empty mount point (where this process may mount a tmpfs): exit 2 and one line about
+    ``--out``, with a ``--workdir`` that does not exist, so the destination is provably checked
+    first; nothing is created."""
     missing_run = str(tmp_path / "no_run")
     a_file = tmp_path / "a_file"
     a_file.write_text("x")

@@ -75,7 +75,7 @@ from invjax import precision as P
 __all__ = ["FORMAT", "ExportError", "ExportedModel", "export", "load"]
 
 FORMAT = "invjax-export/3"
-#: Formats of earlier invjax versions, which carry no checksums: refused, with the advice to export again.
+#: Formats of earlier invjax versions (no checksums): refused, with the advice to export again.
 OLD_FORMATS = ("invjax-export/1", "invjax-export/2")
 PLATFORMS = None  # None: the default backend (jax.export's default); ("cpu", "cuda"): both
 _PROGRAM, _META, _ARRAY = "__stablehlo__", "__meta__", "a/"

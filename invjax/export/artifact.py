@@ -62,7 +62,7 @@ from invjax.export import (
 )
 
 FORMAT = "invjax-export-dir/2"
-#: Formats of earlier invjax versions, which carry no checksums: refused, with the advice to export again.
+#: Formats of earlier invjax versions (no checksums): refused, with the advice to export again.
 OLD_FORMATS = ("invjax-export-dir/1",)
 #: The value range of raw images of each dtype (as the datasets store them).
 RANGES = {"uint8": [0, 255], "float32": [0.0, 1.0]}
