@@ -457,7 +457,7 @@ def test_the_checksums_cover_the_whole_export(exported):
 def test_a_bad_destination_is_refused_before_the_run_is_read(tmp_path):
     """``--out`` empty, under a file, inside /proc (tests run as root, for whom permission bits
     do not stop a write: a read-only place is a path the kernel refuses, whoever asks), a file,
-    or an empty mount point (where this process may mount a tmpfs): exit 2 and one line about
+    an empty mount point or a read-only one (where this process may mount a tmpfs): exit 2 and one line about
     ``--out``, with a ``--workdir`` that does not exist, so the destination is provably checked
     first; nothing is created."""
     missing_run = str(tmp_path / "no_run")
@@ -469,16 +469,23 @@ def test_a_bad_destination_is_refused_before_the_run_is_read(tmp_path):
         ("/proc/invjax-export-test", "--out=/proc/invjax-export-test cannot be created: /proc"),
         (str(a_file), "exists and is not an empty directory"),
     ]
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    mounted = (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    mounts = {"mnt": "size=1m", "ro": "ro,size=1m"}  # an empty one; a read-only one
+    for name in mounts:
+        (tmp_path / name).mkdir()
+    mounted = [
+        name
+        for name, options in mounts.items()
+        if subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(tmp_path / name)],
+            capture_output=True,
         ).returncode
         == 0
-    )
-    if mounted:
-        cases.append((str(mount), "is a mount point"))
+    ]
+    if "mnt" in mounted:
+        cases.append((str(tmp_path / "mnt"), "is a mount point"))
+    if "ro" in mounted:
+        ro = tmp_path / "ro"
+        cases.append((str(ro / "export"), f"cannot be created: {ro} does not let this process"))
     try:
         for out, match in cases:
             proc = run_module(
@@ -488,7 +495,7 @@ def test_a_bad_destination_is_refused_before_the_run_is_read(tmp_path):
             (line,) = proc.stderr.strip().splitlines()
             assert line.startswith("invjax.export: error: ") and match in line, (out, line)
     finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(mount)], check=False)
-    assert sorted(os.listdir(tmp_path)) == ["a_file", "mnt"]
+        for name in mounted:
+            subprocess.run(["umount", "-l", str(tmp_path / name)], check=False)
+    assert sorted(os.listdir(tmp_path)) == ["a_file", "mnt", "ro"]
     assert not os.path.exists("/proc/invjax-export-test")
