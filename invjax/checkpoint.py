@@ -668,11 +668,11 @@ def _describe_steps(workdir: str) -> list[str]:
             lines.append(f"step {step}: verified")
             continue
         how = (
-            f", or --trust_step={step} if you know it is sound"
+            f"; --trust_step={step} records its manifest if you know the step is sound"
             if not has_manifest(workdir, step)
             else ""
         )
-        lines.append(f"step {step}: {problem}: not loaded{how}")
+        lines.append(f"step {step}: {problem} (not loaded{how})")
     return lines
 
 

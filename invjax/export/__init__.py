@@ -133,11 +133,11 @@ def short_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
 
 
-def _again(path) -> str:
-    return (
-        f"{path} cannot be trusted: export the run again (python -m invjax.export "
-        "--workdir=RUN --out=NEW_DIR, or ExportedModel.save)"
-    )
+#: The advice after a failed check of an export file.
+_AGAIN = (
+    "it cannot be trusted: export the network again (python -m invjax.export --workdir=RUN "
+    "--out=NEW_DIR, or ExportedModel.save)"
+)
 
 
 # --------------------------------------------------------------------------- Flax's own layers
@@ -371,12 +371,12 @@ class ExportedModel:
         if sha256(program_bytes) != sums["program"]:
             raise ExportError(
                 f"{path}: its program differs from when it was saved (sha256): damaged or "
-                f"edited; {_again(path)}"
+                f"edited; {_AGAIN}"
             )
         if arrays_sha256(arrays) != sums["arrays"]:
             raise ExportError(
                 f"{path}: its arrays differ from when they were saved (sha256): damaged or "
-                f"edited; {_again(path)}"
+                f"edited; {_AGAIN}"
             )
         try:
             program = jax.export.deserialize(bytearray(program_bytes))
@@ -384,11 +384,11 @@ class ExportedModel:
             out = program.out_avals[0].shape
         except Exception as e:  # noqa: BLE001 (flatbuffers and jax raise many types on garbage)
             raise ExportError(
-                f"{path}: its program cannot be deserialised ({short_error(e)}); {_again(path)}"
+                f"{path}: its program cannot be deserialised ({short_error(e)}); {_AGAIN}"
             ) from None
         problem = _program_problem(want, images, out, arrays, meta)
         if problem is not None:
-            raise ExportError(f"{path}: {problem}; {_again(path)}")
+            raise ExportError(f"{path}: {problem}; {_AGAIN}")
         return cls(program, arrays, meta["input_shape"], meta["input_dtype"])
 
 
@@ -405,7 +405,7 @@ def _read_npz(path: str) -> tuple[dict, bytes, dict]:
         if zipped:
             raise ExportError(
                 f"{path} is damaged: NumPy cannot read it as an .npz archive "
-                f"({short_error(e)}); {_again(path)}"
+                f"({short_error(e)}); {_AGAIN}"
             ) from None
         raise ExportError(
             f"{path} is not an invjax export (an .npz file written by invjax.export): "
@@ -426,7 +426,7 @@ def _read_npz(path: str) -> tuple[dict, bytes, dict]:
             arrays = {k[len(_ARRAY) :]: f[k] for k in f.files if k.startswith(_ARRAY)}
         except Exception as e:  # noqa: BLE001 (zlib, zipfile, struct, NumPy's format errors)
             raise ExportError(
-                f"{path} is damaged: an entry cannot be read ({short_error(e)}); {_again(path)}"
+                f"{path} is damaged: an entry cannot be read ({short_error(e)}); {_AGAIN}"
             ) from None
     problem = _header_problem(meta)
     if problem is not None:
