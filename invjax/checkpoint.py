@@ -12,25 +12,31 @@ removes the temporary directories of earlier, interrupted saves when it opens
 (:meth:`Writer.save`, finding them with orbax's ``all_temporary_paths``).
 
 Integrity: after each save, ``WORKDIR/checkpoint_manifests/<step>.json`` records the size and
-SHA-256 of every file of the step. A step is *verified* when its files match its manifest. A step
-whose files differ is damaged; a step without a manifest (deleted) cannot be checked. Neither is
-loaded by default:
-:func:`restore_latest` falls back to the newest verified step with a warning, and if there is
-none raises :class:`CheckpointError` naming each step, why, and (for steps without a manifest)
-how to load one anyway: ``python -m invjax.checkpoint --workdir=DIR --trust_step=N`` records the
-step's manifest as its files are now (the ``allow_unverified`` argument does the same for one
-call in Python). One case is told apart: a ``<step>.pending`` marker, written before each save
-and removed with the manifest, shows a step whose run was killed between orbax's atomic commit
-and its manifest; such a step is complete, loads with a warning, and the next writer records its
-manifest (:func:`is_unrecorded`).
+SHA-256 of every file of the step. A step is *verified* only when a well-formed manifest lists
+every one of its files and each matches (a file of the step that the manifest does not list, a
+manifest that is not a ``{path: [size, sha256]}`` mapping, an empty one: not verified). A step
+whose files differ is damaged; a step without a manifest cannot be checked. Neither is loaded by
+default: :func:`restore_latest` falls back to the newest verified step with a warning, and if
+there is none raises :class:`CheckpointError` naming each step, why, and (for steps without a
+manifest) how to load one anyway: ``python -m invjax.checkpoint --workdir=DIR --trust_step=N``
+records the step's manifest as its files are now (the ``allow_unverified`` argument loads one
+for one call in Python).
+
+A ``<step>.pending`` marker, written before each save and removed with the manifest, tells a
+step whose save was interrupted between orbax's atomic commit and its manifest. The marker is
+only a name for why the manifest is missing, never a proof of the files: such a step is
+unverified like any other step without a manifest (nothing can tell its files from damaged ones
+once the run that wrote them is gone), so the run resumes from the step before and the
+interrupted step is set aside, kept, for ``--trust_step`` (:func:`is_unrecorded`).
 
 Reading never modifies anything. Only :class:`Writer`, which is opened after every check has
 passed, moves the steps that were passed over out of the way (into
 ``WORKDIR/corrupt_checkpoints/``, never deleting them) so that training can save those step
 numbers again.
 
-Command line (``python -m invjax.checkpoint --workdir=DIR``): lists the steps and whether each is
-verified; ``--trust_step=N`` records a manifest for a step that has none.
+Command line (``python -m invjax.checkpoint DIR``, or ``--workdir=DIR``): lists the steps and
+whether each is verified; ``--trust_step=N`` records a manifest for a step that has none (exit 2
+and one line for a step that has one, well-formed or not).
 """
 
 from __future__ import annotations
@@ -175,31 +181,70 @@ def _pending_path(workdir: str, step: int) -> str:
 
 def is_unrecorded(workdir: str, step: int) -> bool:
     """True for a step whose save began (its ``<step>.pending`` marker, written before orbax's
-    save) but whose manifest was never written: the run was killed between orbax's atomic
-    commit and the manifest. Orbax's commit makes such a step complete, so it loads (with a
-    warning) and the next writer records its manifest; a step without a manifest *or* a marker
-    (manifests deleted) is not trusted."""
+    save) but whose manifest was never written: the run stopped between orbax's atomic commit
+    and the manifest. Such a step is *not* trusted: the marker says why the manifest is missing,
+    not that the files are sound (a stale marker beside a damaged step reads the same), so it is
+    unverified like a step whose manifest was deleted, and only ``--trust_step`` certifies it."""
     return not has_manifest(workdir, step) and epath.Path(_pending_path(workdir, step)).exists()
 
 
+_SHA256_HEX = frozenset("0123456789abcdef")
+
+
+def _manifest_problem(want: Any) -> str | None:
+    """None if ``want`` has a manifest's shape, ``{relative path: [size, sha256 hex]}`` with at
+    least one file; else what is wrong with it (a checkpoint step always has files)."""
+    if not isinstance(want, dict):
+        return f"a JSON {type(want).__name__}, not an object of files"
+    if not want:
+        return "it lists no files"
+    for rel, entry in want.items():
+        ok = (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], int)
+            and not isinstance(entry[0], bool)
+            and entry[0] >= 0
+            and isinstance(entry[1], str)
+            and len(entry[1]) == 64
+            and set(entry[1]) <= _SHA256_HEX
+        )
+        if not rel or not ok:
+            return f"entry {rel!r}: {json.dumps(entry)[:80]} is not [size, sha256]"
+    return None
+
+
 def verify_manifest(workdir: str, step: int) -> str | None:
-    """None if the step is verified (its files match the manifest written when it was saved);
-    else why not: no manifest, an unreadable one, or the first file that differs.
+    """None if the step is verified (a well-formed manifest lists every file of the step, and
+    each has the size and SHA-256 it had when saved); else why not: no manifest (with the
+    save's pending marker: an interrupted save), an unreadable or malformed one, a file that is
+    missing, not listed, or different.
 
     Checking before orbax reads anything catches damaged files early and cheaply (orbax itself
     would notice most damage only deep inside tensorstore, and not a flipped bit in a value).
     """
     path = _manifest_path(workdir, step)
     if not epath.Path(path).exists():
+        if is_unrecorded(workdir, step):
+            return (
+                f"its save was interrupted before its integrity manifest was recorded (only "
+                f"{_pending_path(workdir, step)} is there), so its files cannot be checked"
+            )
         return f"it has no integrity manifest ({path}), so its files cannot be checked"
     try:
         want = json.loads(epath.Path(path).read_text())
     except (OSError, ValueError) as e:
         return f"its manifest {path} is unreadable ({_short(e)})"
+    malformed = _manifest_problem(want)
+    if malformed is not None:
+        return f"its manifest {path} is malformed ({malformed}), so its files cannot be checked"
     have = _file_digests(str(epath.Path(checkpoint_dir(workdir)) / str(step)))
-    for rel, (size, sha) in sorted(want.items()):
+    for rel in sorted(set(want) | set(have)):
         if rel not in have:
             return f"file {rel} is missing"
+        if rel not in want:
+            return f"file {rel} is not in its manifest {path}, so it cannot be checked"
+        size, sha = want[rel]
         if have[rel][0] != size:
             return f"file {rel} has {have[rel][0]} bytes, {size} when saved"
         if have[rel][1] != sha:
@@ -212,9 +257,9 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:200] if text else ''}"
 
 
-def write_manifest(workdir: str, step: int, kept_steps) -> None:
-    """Record the digests of a saved step (atomically where the file system renames atomically)
-    and remove the manifests of steps no longer in ``kept_steps`` (those orbax removed)."""
+def _record_manifest(workdir: str, step: int) -> None:
+    """Write ``step``'s manifest as its files are now (atomically where the file system renames
+    atomically), then remove its pending marker."""
     path = epath.Path(_manifest_path(workdir, step))
     path.parent.mkdir(parents=True, exist_ok=True)
     digests = _file_digests(str(epath.Path(checkpoint_dir(workdir)) / str(step)))
@@ -222,6 +267,13 @@ def write_manifest(workdir: str, step: int, kept_steps) -> None:
     tmp.write_text(json.dumps(digests))
     tmp.replace(path)
     epath.Path(_pending_path(workdir, step)).unlink(missing_ok=True)
+
+
+def write_manifest(workdir: str, step: int, kept_steps) -> None:
+    """Record the digests of a step just saved and remove the manifests (and pending markers)
+    of steps no longer in ``kept_steps`` (those orbax removed)."""
+    _record_manifest(workdir, step)
+    path = epath.Path(_manifest_path(workdir, step))
     kept = {f"{s}.{ext}" for s in kept_steps for ext in ("json", "pending")}
     for child in path.parent.iterdir():
         if child.name.endswith((".json", ".pending")) and child.name not in kept:
@@ -236,27 +288,38 @@ def trust_command(workdir: str, step: int) -> str:
 def trust_step(workdir: str, step: int) -> None:
     """Record a manifest for a step that has none, as its files are now, so that it loads.
 
-    For a user who knows the step is sound (e.g. the run was killed just after saving it).
-    Raises :class:`CheckpointError` if the step does not exist or already has a manifest (a
-    step that differs from its manifest is damaged: trusting it is refused).
+    For a user who knows the step is sound (e.g. the run was killed just after saving it: the
+    step's pending marker, which is then removed). Raises :class:`CheckpointError` if the step
+    does not exist (naming where a step set aside went) or already has a manifest, verified,
+    damaged or malformed: a manifest is never replaced, so a damaged step is never trusted.
     """
     steps = list_steps(workdir)
     if step not in steps:
+        aside = epath.Path(_root(workdir)) / CORRUPT_SUBDIR
+        moved = (
+            sorted(
+                p.name for p in aside.iterdir() if p.is_dir() and p.name.split("-")[0] == str(step)
+            )
+            if aside.is_dir()
+            else []
+        )
+        where = (
+            f"; it was set aside as {aside / moved[-1]}: move that directory back to "
+            f"{epath.Path(checkpoint_dir(workdir)) / str(step)} to trust it"
+            if moved
+            else ""
+        )
         raise CheckpointError(
-            f"no checkpoint of step {step} in {checkpoint_dir(workdir)}: steps are {steps}"
+            f"no checkpoint of step {step} in {checkpoint_dir(workdir)}: steps are {steps}{where}"
         )
     if has_manifest(workdir, step):
         damage = verify_manifest(workdir, step)
-        state = "verified" if damage is None else f"damaged: {damage}"
+        state = "verified" if damage is None else f"not verified: {damage}"
         raise CheckpointError(
             f"checkpoint step {step} in {checkpoint_dir(workdir)} has a manifest ({state}); "
             "only a step without one can be trusted"
         )
-    path = epath.Path(_manifest_path(workdir, step))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = epath.Path(str(path) + ".tmp")
-    tmp.write_text(json.dumps(_file_digests(str(epath.Path(checkpoint_dir(workdir)) / str(step)))))
-    tmp.replace(path)
+    _record_manifest(workdir, step)
 
 
 @dataclasses.dataclass
@@ -272,14 +335,7 @@ class Restored:
 
 def _restore(mngr, workdir: str, step: int, target: Any, allow_unverified: bool) -> Restored:
     """One step, checked against its manifest first; raises on any damage or mismatch."""
-    if is_unrecorded(workdir, step):
-        logging.warning(
-            "checkpoint step %d of %s was committed by orbax but the run stopped before "
-            "recording its integrity manifest: loaded as orbax committed it",
-            step,
-            checkpoint_dir(workdir),
-        )
-    elif not has_manifest(workdir, step):
+    if not has_manifest(workdir, step):  # no manifest, or an interrupted save's marker
         if not allow_unverified:
             raise UnverifiedError(verify_manifest(workdir, step))
         logging.warning(
@@ -359,6 +415,9 @@ def restore_latest(
                 skipped.append((step, str(e)))
                 unverified.append(step)
                 continue
+            except CheckpointError as e:  # invjax's own reason (a damaged step), in full
+                skipped.append((step, str(e)))
+                continue
             except Exception as e:  # noqa: BLE001 (any failure makes the step unusable)
                 skipped.append((step, _short(e)))
                 continue
@@ -388,18 +447,36 @@ def restore_latest(
 
 
 def read_config(workdir: str) -> dict | None:
-    """The config stored with the newest checkpoint whose meta can be read (None if none)."""
+    """The config stored with the newest verified checkpoint whose meta can be read, else (no
+    step verified) with the newest readable one, for the messages about it; None if none.
+
+    Steps are checked newest first and the first verified one answers, so a run whose newest
+    step is sound hashes only that step here."""
     steps = list_steps(workdir)
     if not steps:
         return None
     mngr = _manager(checkpoint_dir(workdir), read_only=True)
+
+    def meta_config(step):
+        try:
+            out = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+            return True, dict(out.meta).get("config")
+        except Exception:  # noqa: BLE001 (an unreadable meta: try the previous step)
+            return False, None
+
     try:
+        unverified = []
         for step in reversed(steps):
-            try:
-                out = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-                return dict(out.meta).get("config")
-            except Exception:  # noqa: BLE001 (an unreadable meta: try the previous step)
+            if verify_manifest(workdir, step) is not None:
+                unverified.append(step)
                 continue
+            ok, config = meta_config(step)
+            if ok:
+                return config
+        for step in unverified:
+            ok, config = meta_config(step)
+            if ok:
+                return config
     finally:
         mngr.close()
     return None
@@ -460,11 +537,6 @@ class Writer:
         _sync_processes("invjax_checkpoint_writer_open")
         self._mngr = _manager(self.directory, read_only=False, keep=keep)
         self.last_saved: int | None = self._mngr.latest_step()
-        if primary:
-            for step in self._mngr.all_steps():
-                if is_unrecorded(self.workdir, step):  # finish what its save did not
-                    write_manifest(self.workdir, step, self._mngr.all_steps())
-                    logging.warning("recorded the missing manifest of checkpoint step %d", step)
 
     def _set_aside(self, step: int, reason: str) -> None:
         src = epath.Path(self.directory) / str(step)
@@ -477,6 +549,9 @@ class Writer:
         manifest = epath.Path(_manifest_path(self.workdir, step))
         if manifest.exists():
             manifest.rename(dst_dir / f"{dst.name}.manifest.json")
+        marker = epath.Path(_pending_path(self.workdir, step))
+        if marker.exists():  # the next save of this step number writes its own
+            marker.rename(dst_dir / f"{dst.name}.pending")
         logging.warning("moved checkpoint step %d (%s) to %s", step, reason, dst)
 
     def save(self, step: int, state: Any, meta: dict) -> None:
@@ -548,8 +623,8 @@ class Writer:
 
         self._mngr.reload()
         if step in self._mngr.all_steps():
-            if jax.process_count() > 1:  # orbax's delete is collective: the marker keeps the
-                return  # committed step loadable, and the next writer records its manifest
+            if jax.process_count() > 1:  # orbax's delete is collective: the step keeps its
+                return  # marker, unverified; the next start resumes before it and sets it aside
             try:
                 self._mngr.delete(step)  # its deletion, like its save, through orbax
             except (OSError, ValueError) as e:
@@ -589,21 +664,40 @@ def _describe_steps(workdir: str) -> list[str]:
     lines = []
     for step in list_steps(workdir):
         problem = verify_manifest(workdir, step)
-        if is_unrecorded(workdir, step):
-            problem = "committed, its manifest not yet recorded (loads; the next run records it)"
-        lines.append(f"step {step}: " + ("verified" if problem is None else problem))
+        if problem is None:
+            lines.append(f"step {step}: verified")
+            continue
+        how = (
+            f"; --trust_step={step} records its manifest if you know the step is sound"
+            if not has_manifest(workdir, step)
+            else ""
+        )
+        lines.append(f"step {step}: {problem} (not loaded{how})")
     return lines
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as the one ``invjax.checkpoint: error: ...`` line (exit 2), not argparse's
+    usage block."""
+
+    def error(self, message):
+        print(f"invjax.checkpoint: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="python -m invjax.checkpoint",
         description="List a run's checkpoints and whether each is verified; --trust_step=N "
         "records the manifest of a step that has none, so that it loads.",
     )
-    parser.add_argument("--workdir", required=True)
+    parser.add_argument("dir", nargs="?", default=None, help="the run's directory (or --workdir)")
+    parser.add_argument("--workdir", default=None)
     parser.add_argument("--trust_step", type=int, default=None)
     args = parser.parse_args(argv)
+    if (args.dir is None) == (args.workdir is None):
+        parser.error("give the run's directory once: as DIR or as --workdir=DIR")
+    args.workdir = args.workdir if args.workdir is not None else args.dir
     try:
         if not epath.Path(checkpoint_dir(args.workdir)).is_dir():
             raise CheckpointError(f"{checkpoint_dir(args.workdir)} holds no checkpoints")

@@ -10,14 +10,19 @@ import logging
 import os
 import runpy
 import shutil
+import subprocess
+import time
 
+import faults
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_runs import SHARED_RUN, one_line_error, run_module
 
 from invjax import checkpoint, data, models, train
+from invjax import workdir as workdir_lib
 from invjax.models.simple import SimpleCNN
 from invjax.training import loop
 from invjax.training.experiment import prepare
@@ -321,23 +326,112 @@ def test_a_step_without_manifest_is_not_loaded_unless_trusted(finished, tmp_path
     assert checkpoint.restore_latest(workdir).step == 8
 
 
-def test_a_step_killed_before_its_manifest_loads_and_gets_it(finished, tmp_path, caplog):
+def test_a_step_killed_before_its_manifest_is_not_loaded_until_trusted(finished, tmp_path, caplog):
     """A kill between orbax's commit and the manifest leaves the save's pending marker and no
-    manifest: orbax's atomic commit makes the step complete, so it loads (with a warning) and
-    the next writer records its manifest; without the marker (manifest deleted) it would not."""
+    manifest. The marker says why the manifest is missing, not that the files are sound, so the
+    step is unverified: the newest verified step loads, the next writer sets the step aside
+    (with its marker) and records nothing for it; ``trust_step`` alone certifies it."""
+    workdir0, *_ = finished
+    for trusted in (False, True):
+        workdir = str(tmp_path / f"run{int(trusted)}")
+        shutil.copytree(workdir0, workdir)
+        manifests = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR)
+        os.remove(os.path.join(manifests, "8.json"))
+        open(os.path.join(manifests, "8.pending"), "w").close()  # as Writer.save leaves it
+        assert checkpoint.is_unrecorded(workdir, 8)
+        if trusted:
+            checkpoint.trust_step(workdir, 8)
+            assert sorted(os.listdir(manifests)) == ["4.json", "6.json", "8.json"]
+            assert checkpoint.verify_manifest(workdir, 8) is None
+            assert checkpoint.restore_latest(workdir).step == 8
+            continue
+        with caplog.at_level(logging.WARNING):
+            restored = checkpoint.restore_latest(workdir)
+        assert restored.step == 6 and [s for s, _ in restored.skipped] == [8]
+        assert "its save was interrupted before its integrity manifest" in restored.skipped[0][1]
+        step_dir = os.path.join(checkpoint.checkpoint_dir(workdir), "8")
+        files = snapshot(step_dir)
+        checkpoint.Writer(workdir, keep=3, set_aside=restored.skipped).close()
+        assert sorted(os.listdir(manifests)) == ["4.json", "6.json"]  # nothing recorded
+        assert checkpoint.list_steps(workdir) == [4, 6]
+        aside = os.path.join(workdir, checkpoint.CORRUPT_SUBDIR)
+        moved = sorted(os.listdir(aside))
+        assert len(moved) == 2 and moved[0].startswith("8-") and moved[1] == moved[0] + ".pending"
+        assert snapshot(os.path.join(aside, moved[0])) == files  # kept, byte for byte
+        with pytest.raises(checkpoint.CheckpointError, match=f"set aside as {aside}/8-"):
+            checkpoint.trust_step(workdir, 8)
+
+
+def _intact_manifest(workdir, step):
+    with open(os.path.join(workdir, checkpoint.MANIFEST_SUBDIR, f"{step}.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda m: {}, "is malformed (it lists no files)"),
+        (lambda m: [], "is malformed (a JSON list, not an object of files)"),
+        (lambda m: None, "is malformed (a JSON NoneType, not an object of files)"),
+        (lambda m: dict.fromkeys(m, "ok"), "is not [size, sha256]"),
+        (lambda m: {k: [v[0], v[1][:8]] for k, v in m.items()}, "is not [size, sha256]"),
+        (lambda m: dict(list(m.items())[1:]), "is not in its manifest"),  # a file unlisted
+        (lambda m: {"state/extra": [1, "0" * 64], **m}, "file state/extra is missing"),
+    ],
+    ids=["empty", "list", "null", "strings", "short-sha", "unlisted-file", "extra-entry"],
+)
+def test_only_a_manifest_that_lists_every_file_verifies_a_step(finished, tmp_path, edit, why):
+    """Step 8 damaged (one byte flipped), its manifest replaced by an edited one: never verified,
+    so step 6 loads; ``trust_step`` refuses to replace the manifest (one CheckpointError)."""
     workdir0, *_ = finished
     workdir = str(tmp_path / "run")
     shutil.copytree(workdir0, workdir)
-    manifests = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR)
-    os.remove(os.path.join(manifests, "8.json"))
-    open(os.path.join(manifests, "8.pending"), "w").close()  # as Writer.save leaves it
-    assert checkpoint.is_unrecorded(workdir, 8)
-    with caplog.at_level(logging.WARNING):
-        assert checkpoint.restore_latest(workdir).step == 8
-    assert any("before recording its integrity manifest" in r.getMessage() for r in caplog.records)
-    checkpoint.Writer(workdir, keep=3).close()
-    assert sorted(os.listdir(manifests)) == ["4.json", "6.json", "8.json"]
-    assert checkpoint.verify_manifest(workdir, 8) is None
+    corrupt(workdir, 8, flip=True)
+    path = os.path.join(workdir, checkpoint.MANIFEST_SUBDIR, "8.json")
+    edited = edit(_intact_manifest(workdir, 8))
+    with open(path, "w") as f:
+        json.dump(edited, f)
+    problem = checkpoint.verify_manifest(workdir, 8)
+    assert problem is not None and why in problem, problem
+    restored = checkpoint.restore_latest(workdir)
+    assert restored.step == 6 and restored.skipped == [(8, problem)]
+    with pytest.raises(checkpoint.CheckpointError, match="has a manifest \\(not verified: "):
+        checkpoint.trust_step(workdir, 8)
+    assert checkpoint.verify_manifest(workdir, 8) == problem  # the manifest is left as it was
+
+
+def test_the_config_is_read_from_a_verified_step(finished, tmp_path):
+    """An edited config in the newest step's meta (its manifest intact, so the step is damaged)
+    is not the run's config: the newest verified step's is."""
+    workdir0, *_ = finished
+    workdir = str(tmp_path / "run")
+    shutil.copytree(workdir0, workdir)
+    path = os.path.join(checkpoint.checkpoint_dir(workdir), "8", "meta", "metadata")
+    with open(path) as f:
+        meta = json.load(f)
+    assert meta["config"]["model"]["width"] == 4
+    meta["config"]["model"]["width"] = 6
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    assert "file meta/metadata " in checkpoint.verify_manifest(workdir, 8)
+    assert checkpoint.read_config(workdir)["model"]["width"] == 4
+    shutil.rmtree(os.path.join(workdir, checkpoint.MANIFEST_SUBDIR))  # none verified: the newest
+    assert checkpoint.read_config(workdir)["model"]["width"] == 6
+
+
+def test_every_saved_step_lists_all_its_files(finished):
+    """The strict rule holds for what training writes: every step of the finished run (saved,
+    reopened by later writers) has no file outside its manifest."""
+    workdir, *_ = finished
+    for step in checkpoint.list_steps(workdir):
+        assert checkpoint.verify_manifest(workdir, step) is None
+        step_dir = os.path.join(checkpoint.checkpoint_dir(workdir), str(step))
+        files = {
+            os.path.relpath(os.path.join(r, f), step_dir)
+            for r, _, fs in os.walk(step_dir)
+            for f in fs
+        }
+        assert set(_intact_manifest(workdir, step)) == files
 
 
 def test_no_verified_step_stops_naming_how_to_load_one(finished, tmp_path):
@@ -413,3 +507,127 @@ def test_restore_metrics_rebuilds_repairs_or_keeps_the_history(tmp_path, caplog,
     with caplog.at_level(logging.WARNING):
         assert restore_metrics(str(tmp_path), old) == []
     assert any("holds no records to rebuild it" in r.getMessage() for r in caplog.records)
+
+
+# ----------------------------------------------------------------------------- the commands
+
+
+def _copy_run(tiny_digits_run, tmp_path):
+    """A copy of conftest's finished tiny run (steps 2, 4, 6) and its manifests folder."""
+    wd = str(tmp_path / "w")
+    shutil.copytree(tiny_digits_run, wd)
+    return wd, os.path.join(wd, checkpoint.MANIFEST_SUBDIR)
+
+
+def _listing(wd):
+    """``python -m invjax.checkpoint wd``: ``{step: its line}``."""
+    proc = run_module("invjax.checkpoint", wd, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    return {int(x.split(":")[0].split()[1]): x for x in lines if x.startswith("step ")}
+
+
+def _same_final_state(reference, wd):
+    a, b = checkpoint.restore_latest(reference), checkpoint.restore_latest(wd)
+    assert a.step == b.step == 6 and not b.skipped
+    assert_bit_identical(a.state, b.state)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", ["stale pending marker", "empty manifest"])
+def test_commands_neither_load_nor_certify_a_damaged_step(tiny_digits_run, tmp_path, attack):
+    """The attack as a user makes it: one byte of step 6 flipped, then its manifest deleted and
+    a ``6.pending`` marker made, or the manifest replaced by ``{}``. The listing says step 6 is
+    not loaded; the run resumes from step 4 (exit 0), records no manifest for step 6, sets it
+    aside byte for byte, and ends bit-identical to the undamaged run."""
+    wd, manifests = _copy_run(tiny_digits_run, tmp_path)
+    corrupt(wd, 6, flip=True)
+    if attack == "empty manifest":
+        with open(os.path.join(manifests, "6.json"), "w") as f:
+            f.write("{}")
+    else:
+        os.remove(os.path.join(manifests, "6.json"))
+        open(os.path.join(manifests, "6.pending"), "w").close()
+    damaged = snapshot(os.path.join(checkpoint.checkpoint_dir(wd), "6"))
+    lines = _listing(wd)
+    assert lines[4] == "step 4: verified" and lines[2] == "step 2: verified"
+    assert "not loaded" in lines[6] and "verified" not in lines[6], lines[6]
+    proc = run_module("invjax.main", *SHARED_RUN, f"--workdir={wd}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming from the checkpoint of step 4" in proc.stdout, proc.stdout
+    assert "recorded the missing manifest" not in proc.stderr
+    assert "checkpoint step 6 in " in proc.stderr and "is not used" in proc.stderr
+    aside = os.path.join(wd, checkpoint.CORRUPT_SUBDIR)
+    (moved,) = [m for m in os.listdir(aside) if m.startswith("6-") and "." not in m]
+    assert snapshot(os.path.join(aside, moved)) == damaged  # nothing saved is lost
+    assert checkpoint.verify_manifest(wd, 6) is None  # the step saved again by the resumed run
+    _same_final_state(tiny_digits_run, wd)
+
+
+@pytest.mark.slow
+def test_trust_step_on_a_malformed_manifest_is_one_line(tiny_digits_run, tmp_path):
+    """``--trust_step`` over a manifest of ``[]``, ``{}`` or text that is not JSON: exit 2 and one
+    line naming the manifest; the manifest is left as it was."""
+    wd, manifests = _copy_run(tiny_digits_run, tmp_path)
+    path = os.path.join(manifests, "6.json")
+    for content, why in [
+        ("[]", "is malformed (a JSON list, not an object of files)"),
+        ("{}", "is malformed (it lists no files)"),
+        ("not json", "is unreadable (JSONDecodeError"),
+    ]:
+        with open(path, "w") as f:
+            f.write(content)
+        proc = run_module("invjax.checkpoint", f"--workdir={wd}", "--trust_step=6", timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(
+            f"invjax.checkpoint: error: checkpoint step 6 in {checkpoint.checkpoint_dir(wd)} "
+            f"has a manifest (not verified: its manifest {path} {why}"
+        ), line
+        assert line.endswith("only a step without one can be trusted"), line
+        assert open(path).read() == content
+    usage = run_module("invjax.checkpoint", "--trust_step=x", timeout=120)  # a usage error
+    assert usage.returncode == 2 and usage.stderr.strip().splitlines() == [
+        "invjax.checkpoint: error: argument --trust_step: invalid int value: 'x' (see --help)"
+    ], usage.stderr
+
+
+@pytest.mark.slow
+def test_a_run_killed_before_its_first_manifest_resumes_only_once_trusted(
+    tiny_digits_run, tmp_path
+):
+    """A real kill (SIGKILL) between orbax's commit of step 2 (the first save) and its manifest
+    (held open by tests/faults.py): step 2 and its pending marker remain. No step is verified,
+    so the next start stops (exit 2, one line naming ``--trust_step=2``) and changes nothing;
+    after ``--trust_step=2`` it resumes from step 2 and ends bit-identical to an unbroken run."""
+    wd = str(tmp_path / "w")
+    manifests = os.path.join(wd, checkpoint.MANIFEST_SUBDIR)
+    argv = faults.command("pause_before_manifest:600", "invjax.main", *SHARED_RUN)
+    proc = subprocess.Popen(
+        [*argv, f"--workdir={wd}"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not os.path.exists(os.path.join(manifests, "2.pending")) or not (
+            os.path.isdir(os.path.join(checkpoint.checkpoint_dir(wd), "2"))
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:]
+            time.sleep(0.05)
+        time.sleep(0.5)  # orbax's commit is the rename to "2": it is complete
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert checkpoint.list_steps(wd) == [2] and os.listdir(manifests) == ["2.pending"]
+    assert "its save was interrupted before its integrity manifest" in _listing(wd)[2]
+    before = snapshot(wd)
+    line = one_line_error(run_module("invjax.main", *SHARED_RUN, f"--workdir={wd}"))
+    assert "step 2: its save was interrupted" in line and "--trust_step=2" in line, line
+    # Only the killed run's lock is gone (its holder is dead: the next start takes it over).
+    assert snapshot(wd) == {k: v for k, v in before.items() if k != workdir_lib.LOCK_FILE}
+    trust = run_module("invjax.checkpoint", f"--workdir={wd}", "--trust_step=2", timeout=120)
+    assert trust.returncode == 0, trust.stderr[-3000:]
+    assert "step 2: verified" in trust.stdout and os.listdir(manifests) == ["2.json"]
+    again = run_module("invjax.main", *SHARED_RUN, f"--workdir={wd}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from the checkpoint of step 2" in again.stdout
+    _same_final_state(tiny_digits_run, wd)

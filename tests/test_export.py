@@ -27,7 +27,7 @@ import pytest
 
 from invjax import groups as G
 from invjax.equivariance import relative_error as rel
-from invjax.export import ExportedModel, export, load
+from invjax.export import ExportedModel, ExportError, export, load
 from invjax.layers import e2 as e2l
 from invjax.layers import ii as iil
 from invjax.layers.heads import StreamCombination
@@ -37,7 +37,7 @@ from invjax.models.simple import SimpleCNN
 from invjax.models.wrn import WideResNet
 from invjax.ops import scale as scale_ops
 
-BOUND = 1e-5  # the guarantee's bound; measured maxima are in the comments of each test
+BOUND = 1e-5  # the required bound; measured maxima are in the comments of each test
 
 
 def random_variables(model, x, seed=0):
@@ -534,5 +534,5 @@ def test_bad_input(photos16, tmp_path):
     with pytest.raises(ValueError, match=r"\[B, 16, 16, 3\]"):
         ex(photos16[:, :8, :8])
     np.savez(tmp_path / "other.npz", a=np.zeros(3))
-    with pytest.raises(ValueError, match="not an invjax export"):
+    with pytest.raises(ExportError, match="not an invjax export"):
         load(tmp_path / "other.npz")

@@ -36,6 +36,15 @@ How (one source of truth: the network's own ``__call__``)
   The export is for one image size (box folding depends on the parity of each map, the II
   weight maps on its size); the batch size is free.
 
+Integrity: :meth:`ExportedModel.save` writes, in the ``__meta__`` header, the SHA-256 of the
+serialised program, of the arrays (:func:`arrays_sha256`: every array's name, dtype, shape and
+bytes, in name order) and of the header itself without that field (:func:`canonical_json`).
+:func:`load` verifies all three before it deserialises anything; every way a file fails (not an
+export, written by an earlier invjax without checksums, truncated, a flipped bit, an edited
+header, zeroed arrays, a replaced program) is one :class:`ExportError` naming the path and what
+is wrong. The checksums find damage and edits; they are not a signature (whoever can rewrite the
+file can rewrite its checksums).
+
 Running an export without invjax (only ``jax`` and ``numpy``)::
 
     import jax, numpy as np
@@ -49,6 +58,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 import json
 import os
 import re
@@ -62,12 +72,72 @@ from flax import traverse_util
 
 from invjax import precision as P
 
-__all__ = ["FORMAT", "ExportedModel", "export", "load"]
+__all__ = ["FORMAT", "ExportError", "ExportedModel", "export", "load"]
 
-FORMAT = "invjax-export/2"
+FORMAT = "invjax-export/3"
+#: Formats of earlier invjax versions (no checksums): refused, with the advice to export again.
+OLD_FORMATS = ("invjax-export/1", "invjax-export/2")
 PLATFORMS = None  # None: the default backend (jax.export's default); ("cpu", "cuda"): both
 _PROGRAM, _META, _ARRAY = "__stablehlo__", "__meta__", "a/"
 _LAYER = "inference"  # flat keys: 'inference/<module path>/<name>' | '<collection>/<path>/<name>'
+
+
+class ExportError(ValueError):
+    """An export that cannot be used: not an export, one written by an earlier invjax without
+    checksums, or a damaged or edited one. The message names the path and what is wrong."""
+
+
+# --------------------------------------------------------------------------- checksums
+
+
+def canonical_json(obj) -> bytes:
+    """The one byte string of a JSON value that its checksum is taken of: keys sorted, no
+    spaces, ASCII, and no NaN or infinity (which JSON does not have)."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode("ascii")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def arrays_sha256(arrays: dict) -> str:
+    """SHA-256 of a flat ``{name: array}`` dict: for each name in sorted order, the canonical JSON
+    of ``[name, dtype, shape]`` (dtype as NumPy's ``dtype.str``, e.g. ``'<f4'``), then the array's
+    bytes in C order. A zeroed, reshaped, retyped, renamed or missing array changes it."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(canonical_json([name, a.dtype.str, list(a.shape)]))
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def is_sha256(value) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef")
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(text: str):
+    """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``-Infinity`` (Python's json takes
+    them; JSON has no such numbers and no export writes them)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def short_error(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+#: The advice after a failed check of an export file.
+_AGAIN = (
+    "it cannot be trusted: export the network again (python -m invjax.export --workdir=RUN "
+    "--out=NEW_DIR, or ExportedModel.save)"
+)
 
 
 # --------------------------------------------------------------------------- Flax's own layers
@@ -263,58 +333,169 @@ class ExportedModel:
         lines.append("ops: " + ", ".join(f"{k} {n}" for k, n in counts))
         return "\n".join(lines)
 
+    @property
+    def num_outputs(self) -> int:
+        """The program's logits per image (the last axis of its one output)."""
+        return int(self.program.out_avals[0].shape[-1])
+
     def save(self, path) -> None:
-        """Write ``path`` (``.npz``, no pickle): the serialised program, a JSON header and the
-        arrays (``a/<key>``). See the package doc for loading it with jax alone."""
+        """Write ``path`` (``.npz``, no pickle): the serialised program, a JSON header with the
+        checksums (module doc) and the arrays (``a/<key>``). See the package doc for loading it
+        with jax alone."""
+        program = bytes(self.program.serialize())
+        arrays = {k: np.asarray(v) for k, v in self.arrays.items()}
         meta = {
             "format": FORMAT,
             "input_shape": list(self.input_shape),
             "input_dtype": self.input_dtype,
         }
+        meta["sha256"] = {
+            "program": sha256(program),
+            "arrays": arrays_sha256(arrays),
+            "header": sha256(canonical_json(meta)),
+        }
         np.savez(
             path,
-            **{_PROGRAM: np.frombuffer(bytes(self.program.serialize()), np.uint8)},
+            **{_PROGRAM: np.frombuffer(program, np.uint8)},
             **{_META: np.asarray(json.dumps(meta))},
-            **{_ARRAY + k: v for k, v in self.arrays.items()},
+            **{_ARRAY + k: v for k, v in arrays.items()},
         )
 
     @classmethod
     def load(cls, path) -> ExportedModel:
-        if not os.path.isfile(path):
-            raise ValueError(f"{path}: no such file (an invjax export is a .npz file)")
-        try:
-            f = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:  # text, pickle, truncated, unreadable
-            raise ValueError(
-                f"{path} is not an invjax export (an .npz file written by invjax.export): "
-                f"NumPy cannot read it as one ({type(e).__name__})"
-            ) from None
-        if not isinstance(f, np.lib.npyio.NpzFile):  # a single array (.npy)
-            raise ValueError(
-                f"{path} is not an invjax export: it holds one array, not an export's .npz entries"
+        """The export in ``path``, its checksums verified (module doc); :class:`ExportError`
+        naming the path and what is wrong for anything else."""
+        path = os.fspath(path)
+        meta, program_bytes, arrays = _read_npz(path)
+        sums = meta["sha256"]
+        if sha256(program_bytes) != sums["program"]:
+            raise ExportError(
+                f"{path}: its program differs from when it was saved (sha256): damaged or "
+                f"edited; {_AGAIN}"
             )
-        with f:
-            if _PROGRAM not in f.files or _META not in f.files:
-                raise ValueError(
-                    f"{path} is not an invjax export: it has no '{_PROGRAM}' / '{_META}' entry"
-                )
-            meta = json.loads(str(f[_META]))
-            if meta.get("format") != FORMAT:
-                raise ValueError(f"{path}: format {meta.get('format')!r} is not {FORMAT!r}")
-            program = jax.export.deserialize(bytearray(f[_PROGRAM].tobytes()))
+        if arrays_sha256(arrays) != sums["arrays"]:
+            raise ExportError(
+                f"{path}: its arrays differ from when they were saved (sha256): damaged or "
+                f"edited; {_AGAIN}"
+            )
+        try:
+            program = jax.export.deserialize(bytearray(program_bytes))
+            (want, images), _ = jax.tree_util.tree_unflatten(program.in_tree, program.in_avals)
+            out = program.out_avals[0].shape
+        except Exception as e:  # noqa: BLE001 (flatbuffers and jax raise many types on garbage)
+            raise ExportError(
+                f"{path}: its program cannot be deserialised ({short_error(e)}); {_AGAIN}"
+            ) from None
+        problem = _program_problem(want, images, out, arrays, meta)
+        if problem is not None:
+            raise ExportError(f"{path}: {problem}; {_AGAIN}")
+        return cls(program, arrays, meta["input_shape"], meta["input_dtype"])
+
+
+def _read_npz(path: str) -> tuple[dict, bytes, dict]:
+    """``(header, program bytes, arrays)`` of an export file, its header checked (format,
+    fields, its own checksum); the program and arrays are not yet verified."""
+    if not os.path.isfile(path):
+        raise ExportError(f"{path}: no such file (an invjax export is a .npz file)")
+    try:
+        with open(path, "rb") as fh:
+            zipped = fh.read(2) == b"PK"
+        f = np.load(path, allow_pickle=False)
+    except Exception as e:  # noqa: BLE001 (text, pickle, a truncated zip, an unreadable file)
+        if zipped:
+            raise ExportError(
+                f"{path} is damaged: NumPy cannot read it as an .npz archive "
+                f"({short_error(e)}); {_AGAIN}"
+            ) from None
+        raise ExportError(
+            f"{path} is not an invjax export (an .npz file written by invjax.export): "
+            f"NumPy cannot read it as one ({type(e).__name__})"
+        ) from None
+    if not isinstance(f, np.lib.npyio.NpzFile):  # a single array (.npy)
+        raise ExportError(
+            f"{path} is not an invjax export: it holds one array, not an export's .npz entries"
+        )
+    with f:
+        if _PROGRAM not in f.files or _META not in f.files:
+            raise ExportError(
+                f"{path} is not an invjax export: it has no '{_PROGRAM}' / '{_META}' entry"
+            )
+        try:
+            meta = parse_json(str(f[_META]))
+            program_bytes = f[_PROGRAM].tobytes()
             arrays = {k[len(_ARRAY) :]: f[k] for k in f.files if k.startswith(_ARRAY)}
-        (want, _), _ = jax.tree_util.tree_unflatten(program.in_tree, program.in_avals)
-        if set(want) != set(arrays):
-            missing = sorted(set(want) - set(arrays))[:3]
-            raise ValueError(f"{path}: arrays {missing} of the program are missing")
-        return cls(program, arrays, meta["input_shape"], meta.get("input_dtype", "float32"))
+        except Exception as e:  # noqa: BLE001 (zlib, zipfile, struct, NumPy's format errors)
+            raise ExportError(
+                f"{path} is damaged: an entry cannot be read ({short_error(e)}); {_AGAIN}"
+            ) from None
+    problem = _header_problem(meta)
+    if problem is not None:
+        raise ExportError(f"{path}: {problem}")
+    return meta, program_bytes, arrays
+
+
+def _header_problem(meta) -> str | None:
+    """What is wrong with an export file's header, or None."""
+    if not isinstance(meta, dict):
+        return f"its header is a JSON {type(meta).__name__}, not an object: not an invjax export"
+    fmt = meta.get("format")
+    if fmt in OLD_FORMATS:
+        return (
+            f"format {fmt!r} was written by an earlier invjax and carries no checksums, so it "
+            "cannot be verified: export the network again"
+        )
+    if fmt != FORMAT:
+        return f"format {fmt!r} is not {FORMAT!r}"
+    sums = meta.get("sha256")
+    if not isinstance(sums, dict) or not all(
+        is_sha256(sums.get(k)) for k in ("program", "arrays", "header")
+    ):
+        return "its header has no valid 'sha256' checksums (program, arrays, header): damaged"
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    if sha256(canonical_json(body)) != sums["header"]:
+        return "its header differs from when it was saved (sha256): damaged or edited"
+    shape = meta.get("input_shape")
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 3
+        or not all(type(v) is int and v >= 1 for v in shape)
+    ):
+        return f"its header's input_shape {shape!r} is not [H, W, C] of positive ints"
+    if meta.get("input_dtype") not in INPUT_DTYPES:
+        return f"its header's input_dtype {meta.get('input_dtype')!r} is not one of {INPUT_DTYPES}"
+    return None
+
+
+def _program_problem(want, images, out, arrays: dict, meta: dict) -> str | None:
+    """Whether the deserialised program takes these arrays and the header's images."""
+    if not isinstance(want, dict) or set(want) != set(arrays):
+        missing = sorted(set(want) - set(arrays))[:3] if isinstance(want, dict) else []
+        extra = sorted(set(arrays) - set(want))[:3] if isinstance(want, dict) else []
+        return f"the program's arrays and the file's differ (missing {missing}, extra {extra})"
+    for k, aval in want.items():
+        if tuple(aval.shape) != arrays[k].shape or np.dtype(aval.dtype) != arrays[k].dtype:
+            return (
+                f"array {k!r} is {arrays[k].dtype} {list(arrays[k].shape)}, the program takes "
+                f"{np.dtype(aval.dtype)} {list(aval.shape)}"
+            )
+    shape, dtype = list(images.shape[1:]), str(np.dtype(images.dtype))
+    if shape != meta["input_shape"] or dtype != meta["input_dtype"]:
+        return (
+            f"the program takes {dtype} images {shape}, the header says "
+            f"{meta['input_dtype']} {meta['input_shape']}"
+        )
+    if len(out) != 2 or not isinstance(out[-1], int) or out[-1] < 1:
+        return f"the program's output {out} is not logits [B, K]"
+    return None
 
 
 def load(path):
     """An export: a directory written by ``python -m invjax.export`` (an
     :class:`~invjax.export.artifact.ExportedRun`, raw images in, checked against its manifest)
-    or an ``.npz`` file written by :meth:`ExportedModel.save` (:meth:`ExportedModel.load`).
-    ValueError naming the path for anything else."""
+    or an ``.npz`` file written by :meth:`ExportedModel.save` (:meth:`ExportedModel.load`),
+    its checksums verified. :class:`ExportError` (a ValueError) naming the path and what is
+    wrong for anything else: not an export, an earlier format without checksums, damaged or
+    edited."""
     if os.path.isdir(path):
         from invjax.export import artifact
 

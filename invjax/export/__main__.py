@@ -3,7 +3,9 @@
 Writes ``DIR/model.npz`` (the serialised program: raw images in, logits out) and
 ``DIR/manifest.json`` (its contract and guarantees; :mod:`invjax.export.artifact`). Prints what
 was exported and the exported program's own test error beside the run's. Bad input (no such
-run, an unfinished run, an existing ``--out``) is one message, exit status 2.
+run, an unfinished run, an ``--out`` that is empty, exists and is not an empty directory, is a
+mount point, or cannot be created) is one message, exit status 2, before anything is computed;
+a write that fails afterwards (a full disk) is one message, exit status 1, and leaves nothing.
 """
 
 from __future__ import annotations
@@ -12,8 +14,17 @@ import argparse
 import sys
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as the one ``invjax.export: error: ...`` line (exit 2), not argparse's usage
+    block."""
+
+    def error(self, message):
+        print(f"invjax.export: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="python -m invjax.export",
         description=__doc__.split("\n")[0],
         epilog="Load it with invjax.export.load(DIR): a callable from raw images to logits.",
@@ -31,10 +42,18 @@ def main(argv=None) -> int:
 
     platforms = tuple(s.strip() for s in args.platforms.split(",")) if args.platforms else None
     try:
+        artifact.check_destination(args.out)  # before the run is read or the model traced
         m = artifact.export_run(args.workdir, args.out, platforms)
     except ValueError as e:  # CheckpointError and DatasetNotPreparedError too
         print(f"invjax.export: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(
+            f"invjax.export: error: the export to {args.out} failed ({e}); nothing was written "
+            "there: fix the problem (a full disk?) and run the same command again",
+            file=sys.stderr,
+        )
+        return 1
     src, inp, err, inv = m["source"], m["input"], m["test_error"], m["invariance"]
     print(
         f"exported {src['workdir']} (step {src['step']}, {src['selected_by']}: epoch "

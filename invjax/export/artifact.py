@@ -22,25 +22,51 @@
     of the architecture, :func:`invjax.equivariance.exact_elements`, and the measured maximal
     relative change of the exported logits under each on the first test images).
 
-:class:`ExportedRun` (``invjax.export.load(DIR)``) checks every input against the manifest
-(dtype, shape, value range: one ValueError naming what it takes) before running the program.
+    ``checksums`` holds the SHA-256 of ``model.npz`` (the file's bytes) and of the manifest
+    itself without that field (:func:`invjax.export.canonical_json`), so that neither the
+    program, its arrays nor the contract can change unnoticed.
+
+``invjax.export.load(DIR)`` verifies both checksums, the manifest's schema (types; the value
+range that of the dtype; finite normalisation with ``std > 0``; one class name per logit) and
+the program's own checksums and shapes against the manifest before it returns an
+:class:`ExportedRun`; any failure is one :class:`invjax.export.ExportError` naming the path and
+what is wrong (an export of an earlier invjax, without checksums, is refused with the advice to
+export again). :class:`ExportedRun` checks every input against the manifest (dtype, shape, value
+range: one ValueError naming what it takes) before running the program.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import shutil
+import tempfile
 
 import jax
 import numpy as np
 
 from invjax import certificate, equivariance
 from invjax import precision as P
-from invjax.export import ExportedModel, export
+from invjax.export import (
+    INPUT_DTYPES,
+    ExportedModel,
+    ExportError,
+    canonical_json,
+    export,
+    is_sha256,
+    parse_json,
+    sha256,
+    short_error,
+)
 
-FORMAT = "invjax-export-dir/1"
+FORMAT = "invjax-export-dir/2"
+#: Formats of earlier invjax versions (no checksums): refused, with the advice to export again.
+OLD_FORMATS = ("invjax-export-dir/1",)
+#: The value range of raw images of each dtype (as the datasets store them).
+RANGES = {"uint8": [0, 255], "float32": [0.0, 1.0]}
+CHECKSUMS = "checksums"
 PROGRAM_FILE = "model.npz"
 MANIFEST_FILE = "manifest.json"
 #: Test images a time through the program while measuring its test error.
@@ -99,28 +125,153 @@ class ExportedRun:
 
     @classmethod
     def load(cls, path) -> ExportedRun:
+        """The export in directory ``path``, verified (module doc); :class:`ExportError`."""
+        path = os.fspath(path)
+        again = _Again(path)
         where = os.path.join(path, MANIFEST_FILE)
         if not os.path.isfile(where):
-            raise ValueError(
+            raise ExportError(
                 f"{path} is not an invjax export: it has no {MANIFEST_FILE} (write one with "
                 "python -m invjax.export --workdir=RUN --out=DIR)"
             )
         try:
-            with open(where) as f:
-                manifest = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{where} is not readable JSON ({e})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            got = manifest.get("format") if isinstance(manifest, dict) else None
-            raise ValueError(f"{where}: format {got!r} is not {FORMAT!r}")
-        program = ExportedModel.load(os.path.join(path, manifest["program"]))
+            with open(where, encoding="utf-8") as f:
+                manifest = parse_json(f.read())
+        except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError too
+            raise ExportError(f"{where} is not readable JSON ({short_error(e)}); {again}") from None
+        if not isinstance(manifest, dict):
+            raise ExportError(f"{where} is a JSON {type(manifest).__name__}, not a manifest")
+        fmt = manifest.get("format")
+        if fmt in OLD_FORMATS:
+            raise ExportError(
+                f"{where}: format {fmt!r} was written by an earlier invjax and carries no "
+                f"checksums, so the export cannot be verified: {again}"
+            )
+        if fmt != FORMAT:
+            raise ExportError(f"{where}: format {fmt!r} is not {FORMAT!r}")
+        sums = manifest.get(CHECKSUMS)
+        if not isinstance(sums, dict) or not all(
+            is_sha256(sums.get(k)) for k in (PROGRAM_FILE, MANIFEST_FILE)
+        ):
+            raise ExportError(
+                f"{where} has no valid {CHECKSUMS!r} (sha256 of {PROGRAM_FILE} and of "
+                f"{MANIFEST_FILE}): damaged or edited; {again}"
+            )
+        body = {k: v for k, v in manifest.items() if k != CHECKSUMS}
+        if sha256(canonical_json(body)) != sums[MANIFEST_FILE]:
+            raise ExportError(
+                f"{where} differs from when it was written (sha256 of its content without "
+                f"{CHECKSUMS!r}): edited or damaged; {again}"
+            )
+        problem = manifest_problem(manifest)
+        if problem is not None:
+            raise ExportError(f"{where}: {problem}; {again}")
+        npz = os.path.join(path, PROGRAM_FILE)
+        try:
+            with open(npz, "rb") as f:
+                digest = sha256(f.read())
+        except OSError as e:
+            raise ExportError(f"{npz} cannot be read ({short_error(e)}); {again}") from None
+        if digest != sums[PROGRAM_FILE]:
+            raise ExportError(
+                f"{npz} differs from when it was written (sha256): damaged or edited; {again}"
+            )
+        program = ExportedModel.load(npz)
         spec = manifest["input"]
         if list(program.input_shape) != spec["shape"][1:] or program.input_dtype != spec["dtype"]:
-            raise ValueError(
+            raise ExportError(
                 f"{path}: the program takes {program.input_dtype} {list(program.input_shape)}, "
                 f"the manifest says {spec['dtype']} {spec['shape'][1:]}: the export is damaged"
             )
+        if program.num_outputs != manifest["output"]["logits"][1]:
+            raise ExportError(
+                f"{path}: the program gives {program.num_outputs} logits, the manifest says "
+                f"{manifest['output']['logits'][1]}: the export is damaged"
+            )
         return cls(path, manifest, program)
+
+
+class _Again:
+    """The advice to export again, naming the run the manifest names (read only when a message
+    is formatted: a hint, the manifest may be anything)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __str__(self) -> str:
+        try:
+            with open(os.path.join(self.path, MANIFEST_FILE), encoding="utf-8") as f:
+                workdir = json.load(f)["source"]["workdir"]
+            if not isinstance(workdir, str) or not workdir or "\n" in workdir:
+                workdir = "RUN"
+        except Exception:  # noqa: BLE001 (only a hint)
+            workdir = "RUN"
+        return f"export the run again (python -m invjax.export --workdir={workdir} --out=NEW_DIR)"
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_count(v) -> bool:
+    return type(v) is int and v >= 1
+
+
+def manifest_problem(m: dict) -> str | None:
+    """What is wrong with the fields of a manifest that loading and calling an export rely on
+    (the contract), or None. The checksum already tells an edit; this tells a manifest that
+    could not have been written by :func:`export_run` (and names the field)."""
+    if m.get("program") != PROGRAM_FILE:
+        return f"program {m.get('program')!r} is not {PROGRAM_FILE!r}"
+    spec = m.get("input")
+    if not isinstance(spec, dict):
+        return f"input is {type(spec).__name__}, not an object"
+    shape = spec.get("shape")
+    if not (
+        isinstance(shape, list)
+        and len(shape) == 4
+        and shape[0] == "B"
+        and all(_is_count(v) for v in shape[1:])
+    ):
+        return f"input.shape {shape!r} is not ['B', H, W, C] with positive H, W, C"
+    dtype = spec.get("dtype")
+    if dtype not in INPUT_DTYPES:
+        return f"input.dtype {dtype!r} is not one of {INPUT_DTYPES}"
+    value_range = spec.get("range")
+    if not (
+        isinstance(value_range, list)
+        and len(value_range) == 2
+        and all(_is_number(v) for v in value_range)
+        and value_range[0] < value_range[1]
+    ):
+        return f"input.range {value_range!r} is not [lo, hi] of finite numbers with lo < hi"
+    if value_range != RANGES[dtype]:
+        return (
+            f"input.range {value_range!r} is not {RANGES[dtype]}, the range of raw {dtype} "
+            "images that the program normalises"
+        )
+    norm = spec.get("normalisation")
+    c = shape[3]
+    for key in ("mean", "std"):
+        v = norm.get(key) if isinstance(norm, dict) else None
+        if not (isinstance(v, list) and len(v) == c and all(_is_number(x) for x in v)):
+            return f"input.normalisation.{key} {v!r} is not {c} finite numbers"
+    if not all(x > 0 for x in norm["std"]):
+        return f"input.normalisation.std {norm['std']!r} is not positive"
+    out = m.get("output")
+    logits = out.get("logits") if isinstance(out, dict) else None
+    if not (isinstance(logits, list) and len(logits) == 2 and _is_count(logits[1])):
+        return f"output.logits {logits!r} is not ['B', K] with K >= 1"
+    classes = out.get("classes")
+    if not (isinstance(classes, list) and all(isinstance(x, str) for x in classes)):
+        return f"output.classes {classes!r} is not a list of names"
+    if len(classes) != logits[1]:
+        n = len(classes)
+        return f"output.classes has {n} name{'' if n == 1 else 's'} for {logits[1]} logits"
+    source = m.get("source")
+    if not (isinstance(source, dict) and isinstance(source.get("dataset"), str)):
+        return "source.dataset is not a name"
+    return None
 
 
 # --------------------------------------------------------------------------- exporting a run
@@ -207,6 +358,40 @@ def _invariance(program: ExportedModel, model, images: np.ndarray) -> dict:
     return out
 
 
+def check_destination(out: str) -> None:
+    """``--out`` must be a new (or empty, not mounted) directory that can be created where it
+    is: ValueError naming the problem otherwise, before anything is read or computed. The
+    parent is tried with a probe directory made and removed at once (permission bits do not
+    stop root; a read-only mount or ``/proc`` does)."""
+    if not out or not out.strip():
+        raise ValueError("--out is empty: give a new directory for the export")
+    if "\0" in out:
+        raise ValueError(f"--out={out!r} is not a valid path (it holds a NUL character)")
+    target = os.path.abspath(out)
+    parent = os.path.dirname(target.rstrip(os.sep)) or os.sep
+    try:
+        if os.path.exists(target):
+            if not os.path.isdir(target) or os.listdir(target):
+                raise ValueError(
+                    f"--out={out} exists and is not an empty directory: give a new one"
+                )
+            if os.path.ismount(target):
+                raise ValueError(
+                    f"--out={out} is a mount point (its file system is in use there): give a new "
+                    "directory inside it"
+                )
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise ValueError(f"--out={out} is under {parent}, which is a file, not a directory")
+        os.rmdir(tempfile.mkdtemp(prefix=".invjax-export-probe-", dir=parent))
+    except OSError as e:
+        raise ValueError(
+            f"--out={out} cannot be created: {parent} does not let this process create a "
+            f"directory there ({e.strerror or short_error(e)}); give another --out"
+        ) from None
+
+
 def export_run(workdir: str, out: str, platforms=None) -> dict:
     """Export the finished run ``workdir`` to the new directory ``out``; returns the manifest.
 
@@ -218,8 +403,7 @@ def export_run(workdir: str, out: str, platforms=None) -> dict:
     from invjax import invariance, models
     from invjax.training.state import reported_variables
 
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise ValueError(f"--out={out} exists and is not an empty directory: give a new one")
+    check_destination(out)
     config, results, restored = read_run(workdir)
     variables, chosen = reported_variables(restored.state, restored.meta)
     ds = data_lib.load(config.data)
@@ -292,8 +476,14 @@ def export_run(workdir: str, out: str, platforms=None) -> dict:
     os.makedirs(tmp)
     try:
         program.save(os.path.join(tmp, PROGRAM_FILE))
+        with open(os.path.join(tmp, PROGRAM_FILE), "rb") as f:
+            program_sha = sha256(f.read())
+        manifest[CHECKSUMS] = {
+            PROGRAM_FILE: program_sha,
+            MANIFEST_FILE: sha256(canonical_json(manifest)),  # before this field is added
+        }
         with open(os.path.join(tmp, MANIFEST_FILE), "w") as f:
-            json.dump(manifest, f, indent=2)
+            json.dump(manifest, f, indent=2, allow_nan=False)
             f.write("\n")
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
