@@ -11,6 +11,7 @@ import chex
 import numpy as np
 import pytest
 
+from invjax import groups as G
 from invjax.bases import make_disco as md
 from invjax.bases import scale as B
 
@@ -191,3 +192,102 @@ def test_generator_rejects_bad_configurations():
     with pytest.raises(ValueError, match="does not fit"):
         md.dilated_delta_basis(5, 5, 2)
     assert md.disco_scales(4, 1.2599) == (1.0, 1.2599, 1.2599**2, 2.0)  # 1.99990 snaps to 2
+
+
+# --------------------------------------------------------------------------- type B (the peers')
+
+
+def _peer_type_b(size, widths, effective_size, mult, max_order):
+    """The peers' type B in their own layout ``[F, S, k, k]``, first array axis sampled as
+    ``linspace(-(n//2), n//2, n)`` downwards, functions enumerated as their
+    ``np.indices([M+1, M+1])`` with ``order_x + order_y <= M`` (the first axis's order inner)."""
+    num = effective_size**2
+    out = np.zeros((num, len(widths), size, size))
+    for i, w in enumerate(widths):
+        n = int(size * w / max(widths)) // 2 * 2 + 1
+        u = np.linspace(-(n // 2), n // 2, n)
+        funcs = []
+        for j in range(math.ceil(num / ((max_order + 1) * (max_order + 2) // 2))):
+            t = w / mult**j
+            g = np.exp(-(u**2) / (2 * t**2)) / t
+            oy, ox = np.indices([max_order + 1, max_order + 1])
+            keep = ox + oy <= max_order
+            for a, b in zip(ox[keep], oy[keep]):
+                he_a = np.polynomial.hermite_e.hermeval(u / t, [0] * a + [1])
+                he_b = np.polynomial.hermite_e.hermeval(u / t, [0] * b + [1])
+                funcs.append(np.outer(g * he_a, g * he_b))
+        p = (size - n) // 2
+        out[:, i, p : p + n, p : p + n] = np.stack(funcs[:num])
+    return out / np.sqrt((out[:, :1] ** 2).sum(axis=(2, 3), keepdims=True))
+
+
+def _first_axis_orders(effective_size, max_order):
+    """Order along the peers' first array axis of each type-B function (sign flips where odd)."""
+    oy, ox = np.indices([max_order + 1, max_order + 1])
+    keep = ox + oy <= max_order
+    per = list(ox[keep])
+    return np.array((per * effective_size**2)[: effective_size**2])
+
+
+def test_hermite_b_is_sesn_mnist_ses_vector_56_function_for_function():
+    """SESN's mnist_ses_vector_56: widths 2.0 * 2**(i/3) rounded as SESN (2.0, 2.52, 3.17, 4.0),
+    mult 1.5, max order 4, kernel 15, 49 functions; invjax samples y upwards, so the functions
+    with an odd order along the peers' first (row) axis change sign."""
+    widths = [round(2.0 * 2 ** (i / 3), 2) for i in range(4)]
+    assert widths == [2.0, 2.52, 3.17, 4.0]
+    got = B.hermite_b_basis(15, 7, tuple(w / 2.0 for w in widths), 2.0, 1.5, 4)
+    chex.assert_shape(got, (4, 49, 15, 15))  # invjax [S, F, k, k]; the peers' [F, S, k, k]
+    peer = _peer_type_b(15, widths, 7, 1.5, 4)
+    sign = (-1.0) ** _first_axis_orders(7, 4)
+    np.testing.assert_allclose(
+        got, np.transpose(peer * sign[:, None, None, None], (1, 0, 2, 3)), atol=1e-12
+    )
+
+
+def test_hermite_b_facts_sizes_supports_ranks():
+    psi = B.basis("hermite_b", 15, 7, G.MNIST_SCALES)
+    chex.assert_shape(psi, (4, 49, 15, 15))
+    # support per scale: int(15 s / 2) // 2 * 2 + 1 = 7, 9, 11, 15 taps
+    for i, support in enumerate((7, 9, 11, 15)):
+        rows = np.flatnonzero(np.abs(psi[i]).sum(axis=(0, 2)) > 0)
+        assert (rows.min(), rows.max()) == ((15 - support) // 2, (15 + support) // 2 - 1)
+    # 3 full widths of 15 functions and 4 of the fourth: the span at scale 1 (7 x 7) is 45
+    assert [B.numerical_rank(p) for p in psi] == [45, 47, 47, 47]
+    assert B.numerical_rank(psi[0], np.float64) == 45
+    # type A (invjax's former Scaled-MNIST basis) spans all 49 at every scale
+    assert [B.numerical_rank(p) for p in B.basis("hermite", 15, 7, G.MNIST_SCALES)] == [49] * 4
+    # the 46th..49th functions are the fourth width 2 / 1.5**3 with orders (0, 0..3)
+    t = 2.0 / 1.5**3
+    grid = B.hermite_b_grid(7, 2.0, 4, 1.5, 49)
+    np.testing.assert_allclose(grid[45:], B.hermite_grid(7, t, 4)[:4], atol=1e-12)
+
+
+@pytest.mark.parametrize("kind,mult,rank", [("disco_b", 1.5, 45), ("disco_b_plus", 1.9, 44)])
+def test_disco_b_facts_and_exact_integer_scale(kind, mult, rank):
+    """DISCO's disco_b (min scale 1.9, max order 4; mult 1.5 / 1.9 in exp_mnist.sh): 49
+    functions, rank 45 / 44 of 49 (float32, as DISCO's _calculate_rank); at scale 1 the type-B
+    grid on the 7 x 7 effective taps, at scale 2 the same values on every other tap."""
+    assert (B.TYPE_B[kind].base_sigma, B.TYPE_B[kind].mult) == (1.9, mult)
+    psi = B.basis(kind, 15, 7, G.MNIST_SCALES)
+    chex.assert_shape(psi, (4, 49, 15, 15))
+    assert [B.numerical_rank(p) for p in psi] == [rank] * 4
+    w = B.hermite_b_grid(7, 1.9, 4, mult, 49)
+    norm = np.sqrt((w**2).sum(axis=(1, 2)))[:, None, None]
+    np.testing.assert_allclose(psi[0, :, 4:11, 4:11], w / norm, atol=1e-12)
+    np.testing.assert_allclose(psi[3, :, 1:14:2, 1:14:2], w / norm, atol=1e-12)
+    assert np.abs(psi[3]).sum() == pytest.approx(np.abs(psi[3, :, 1:14:2, 1:14:2]).sum())
+
+
+def test_type_b_bases_scale_equivariance_on_a_real_photo():
+    """sum |L_{1/r}[x * psi_j] - [L_{1/r} x] * psi_i|^2 / sum |L_{1/r}[x * psi_j]|^2 over the
+    scale pairs, x a 96 x 96 grey crop of the camera photo (bicubic scaling). DISCO's scale 1 ->
+    2 is exact (dilated taps); the in-between pairs and SESN's type B are approximate (measured:
+    disco_b_plus 0.0031, hermite_b 0.0079; type A: disco 0.0076, hermite 0.0062)."""
+    import skimage.data
+
+    x = skimage.data.camera()[64:448:4, 96:480:4].astype(np.float32)[None, :, :, None] / 255.0
+    sc = tuple(G.MNIST_SCALES)
+    err = {k: md.evaluate(B.basis(k, 15, 7, sc), x, sc, 15) for k in ("hermite_b", "disco_b_plus")}
+    assert err["disco_b_plus"]["relative_error_per_pair"]["1->2"] < 1e-10
+    assert err["disco_b_plus"]["relative_error"] < 0.006
+    assert err["hermite_b"]["relative_error"] < 0.015
