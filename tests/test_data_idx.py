@@ -253,3 +253,28 @@ def test_real_fashion_mnist_and_one_scaled_realisation(tmp_path):
     # shrunk by s <= 1 about the centre: the border rows hold much less ink than the source
     border = np.r_[0:3, 25:28]
     assert ds.test.images[:, border].mean() < 0.5 * full["test"][0][:, border].mean()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.path.isdir(FASHION),
+    reason=f"Debian's dataset-fashion-mnist is not installed ({FASHION} missing)",
+)
+def test_table2_config_dry_run_on_real_scaled_fashion_mnist(tmp_path):
+    """The Table 2 configs run on real images by a data override (docs/datasets.md)."""
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable, "-m", "invjax.main", "--config=configs/mnist_ii_disco_ws.py",
+        f"--workdir={tmp_path / 'run'}", "--dry_run",
+        "--config.data.name=scaled_fashion_mnist", f"--config.data.path={FASHION}",
+        f"--config.data.data_dir={tmp_path / 'data'}",
+    ]  # fmt: skip
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert "502,814 parameters" in out
+    assert "train 10,000 / val 2,000 / test 50,000 images, augment scale" in out
+    assert "60 epochs" in out
