@@ -155,8 +155,8 @@ def test_type_b_networks_keep_the_parameter_counts():
 @pytest.mark.parametrize("basis", ["disco_b_plus", "hermite_b"])
 def test_scale_ii_delta_on_digits_with_the_type_b_bases(basis):
     """Section 5.1's Delta of the Scale-II features on real digits with the peers' bases
-    (measured, widths 4/4/4, two digits: Scale-II 1.6e-3 / 3.5e-4 with disco_b_plus, 7.7e-4 /
-    1.6e-3 with hermite_b; the mixed pooling head 7.4e-2 / 9.0e-2 and 2.6e-2 / 3.1e-2)."""
+    (measured, widths 4/4/4, two digits: Scale-II 1.5e-3 / 3.4e-4 with disco_b_plus, 7.7e-4 /
+    1.6e-3 with hermite_b; the mixed pooling head 6.6e-2 / 8.6e-2 and 2.6e-2 / 3.1e-2)."""
     x = digits28()
     m = ScaledMNISTNet(head="ii", basis=basis, widths=(4, 4, 4), hidden=8)
     v = jax.jit(m.init)(jax.random.key(0, impl="rbg"), x)

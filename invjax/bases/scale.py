@@ -47,6 +47,10 @@ DISCO (Sosnovik et al. 2021)
   (lift: 7e-3 vs 1.2e-1 at 1.41); for k=15 / effective 7 it is exact at scale 2 but slightly
   worse than Hermite at 1.26 and 1.59 (6.7e-3 vs 5.3e-3), because every pair (s, 2) of its
   objective ends at the sparse dilated deltas.
+  The type-B kinds ``disco_b*`` mix a second shipped fit, ``peer_disco_*``, made with DISCO's
+  own objective (``make_disco --objective disco``: unsquared residual norms, circular padding,
+  PyTorch's corner-anchored bicubic resize, DISCO's rounded scales); it agrees with DISCO's
+  published bases at the in-between scales (docs/differences.md).
 """
 
 from __future__ import annotations
@@ -279,14 +283,20 @@ def data_file_stem(kernel_size: int, effective_size: int, scales: Sequence[float
     return f"disco_k{kernel_size}_e{effective_size}_s{sc}"
 
 
-@functools.lru_cache(maxsize=1)
-def shipped_disco_configurations() -> tuple[dict, ...]:
-    """Metadata (the ``.json`` contents) of every shipped DISCO basis, sorted by kernel size."""
+#: File prefixes of the shipped DISCO fits: invjax's objective (the ``disco`` kind) and DISCO's
+#: own (``peer_``: the ``disco_b`` kinds), see :mod:`invjax.bases.make_disco`.
+DISCO_FITS = {"invjax": "disco_", "peer": "peer_disco_"}
+
+
+@functools.lru_cache(maxsize=2)
+def shipped_disco_configurations(fit: str = "invjax") -> tuple[dict, ...]:
+    """Metadata (the ``.json`` contents) of every shipped DISCO basis of one ``fit``
+    (:data:`DISCO_FITS`), sorted by kernel size."""
     d = _data_dir()
     metas = []
     if d.is_dir():
         for entry in d.iterdir():
-            if entry.name.startswith("disco_") and entry.name.endswith(".json"):
+            if entry.name.startswith(DISCO_FITS[fit]) and entry.name.endswith(".json"):
                 meta = json.loads(entry.read_text())
                 meta["_stem"] = entry.name[: -len(".json")]
                 metas.append(meta)
@@ -317,8 +327,8 @@ def disco_basis(kernel_size: int, effective_size: int, scales: Sequence[float]) 
     return _disco_cached(_shipped_disco_stem(k, e, sc))
 
 
-def _shipped_disco_stem(k: int, e: int, sc: tuple[float, ...]) -> str:
-    metas = shipped_disco_configurations()
+def _shipped_disco_stem(k: int, e: int, sc: tuple[float, ...], fit: str = "invjax") -> str:
+    metas = shipped_disco_configurations(fit)
     for meta in metas:
         if (
             meta["kernel_size"] == k
@@ -329,8 +339,9 @@ def _shipped_disco_stem(k: int, e: int, sc: tuple[float, ...]) -> str:
             return meta["_stem"]
     shipped = "; ".join(_describe(m) for m in metas) or "none"
     raise ValueError(
-        f"no shipped DISCO basis for kernel_size={k}, effective_size={e}, scales={sc}: shipped "
-        f"configurations are {shipped}. Make one with `python -m invjax.bases.make_disco` or use "
+        f"no shipped DISCO basis ({fit} fit) for kernel_size={k}, effective_size={e}, "
+        f"scales={sc}: shipped configurations are {shipped}. Make one with `python -m "
+        f"invjax.bases.make_disco{' --objective disco' if fit == 'peer' else ''}` or use "
         "basis='hermite'"
     )
 
@@ -361,8 +372,9 @@ def disco_b_basis(
 ) -> np.ndarray:
     """DISCO's ``disco_b`` basis ``[S, F, k, k]`` float64 (read-only, cached).
 
-    The shipped DISCO basis's delta-parametrised solution (``raw``: at scale 1 the
-    ``effective_size**2`` unit taps, dilated at integer scales, fitted in between) mixed by the
+    The delta-parametrised DISCO basis fitted with DISCO's own objective (the shipped
+    ``peer_disco_*`` files, ``python -m invjax.bases.make_disco --objective disco``: at scale 1
+    the ``effective_size**2`` unit taps, dilated at integer scales, fitted in between) mixed by the
     ``F x F`` matrix of type-B Hermite functions on the effective grid
     (:func:`hermite_b_grid` at width ``base_sigma``), each divided by its norm at scale 1. At
     scale 1 the functions are exactly that type-B grid; the mixing keeps the raw basis's
@@ -370,7 +382,7 @@ def disco_b_basis(
     """
     k, e, sc = check_arguments(kernel_size, effective_size, scales)
     sigma, mult, order = _check_type_b(base_sigma, mult, max_order)
-    return _disco_b_cached(_shipped_disco_stem(k, e, sc), e, sigma, mult, order)
+    return _disco_b_cached(_shipped_disco_stem(k, e, sc, "peer"), e, sigma, mult, order)
 
 
 def basis(
