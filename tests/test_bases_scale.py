@@ -276,6 +276,9 @@ def test_disco_b_facts_and_exact_integer_scale(kind, mult, rank):
     np.testing.assert_allclose(psi[0, :, 4:11, 4:11], w / norm, atol=1e-12)
     np.testing.assert_allclose(psi[3, :, 1:14:2, 1:14:2], w / norm, atol=1e-12)
     assert np.abs(psi[3]).sum() == pytest.approx(np.abs(psi[3, :, 1:14:2, 1:14:2]).sum())
+    # support per scale: 7 x 7 taps, the full 15 x 15 fitted kernels, the 13 x 13 dilated grid
+    support = [int(np.flatnonzero(np.abs(p).sum(axis=(0, 2)) > 0).size) for p in psi]
+    assert support == [7, 15, 15, 13]
 
 
 def test_type_b_bases_scale_equivariance_on_a_real_photo():
