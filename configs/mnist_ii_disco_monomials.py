@@ -8,18 +8,20 @@ channels, pruned to 12 and 5 after 5 and 10 epochs by the model's epoch-end hook
 (``model.monomial_layout``; docs/monomials.md). Recipe of ``mnist_cnn.py``; hyperparameters of the appendix
 table "II-DISCO HPs on Scaled-MNIST": batch 128, learning rate 1e-3, weight decay 5e-6, BatchNorm
 decay 5e-4 and dropout 0.7 (in the model section). The network reads log A, not eq. 6's ratio A
-(``model.monomial_output``, see below).
+(``model.monomial_output``, see below). Basis: DISCO's ``disco_b`` as ``mnist_disco.py``
+(``model.basis``); Scale-II on the 14 x 14 maps of conv3.
 """
 
 from __future__ import annotations
 
-from configs import mnist_cnn
+from configs import mnist_cnn, mnist_disco
 from invjax.configs import models
 
 
 def get_config():
     config = mnist_cnn.get_config()
     config.model = models.mnist("ii_disco_monomials")
+    config.model.basis = mnist_disco.DISCO_BASIS  # DISCO's disco_b, as the DISCO baseline
     config.train.batch_size = 128
     config.train.learning_rate = 1e-3
     config.train.weight_decay = 5e-6

@@ -11,6 +11,7 @@ import chex
 import numpy as np
 import pytest
 
+from invjax import groups as G
 from invjax.bases import make_disco as md
 from invjax.bases import scale as B
 
@@ -191,3 +192,181 @@ def test_generator_rejects_bad_configurations():
     with pytest.raises(ValueError, match="does not fit"):
         md.dilated_delta_basis(5, 5, 2)
     assert md.disco_scales(4, 1.2599) == (1.0, 1.2599, 1.2599**2, 2.0)  # 1.99990 snaps to 2
+
+
+# --------------------------------------------------------------------------- type B (the peers')
+
+
+def _peer_type_b(size, widths, effective_size, mult, max_order):
+    """The peers' type B in their own layout ``[F, S, k, k]``, first array axis sampled as
+    ``linspace(-(n//2), n//2, n)`` downwards, functions enumerated as their
+    ``np.indices([M+1, M+1])`` with ``order_x + order_y <= M`` (the first axis's order inner)."""
+    num = effective_size**2
+    out = np.zeros((num, len(widths), size, size))
+    for i, w in enumerate(widths):
+        n = int(size * w / max(widths)) // 2 * 2 + 1
+        u = np.linspace(-(n // 2), n // 2, n)
+        funcs = []
+        for j in range(math.ceil(num / ((max_order + 1) * (max_order + 2) // 2))):
+            t = w / mult**j
+            g = np.exp(-(u**2) / (2 * t**2)) / t
+            oy, ox = np.indices([max_order + 1, max_order + 1])
+            keep = ox + oy <= max_order
+            for a, b in zip(ox[keep], oy[keep]):
+                he_a = np.polynomial.hermite_e.hermeval(u / t, [0] * a + [1])
+                he_b = np.polynomial.hermite_e.hermeval(u / t, [0] * b + [1])
+                funcs.append(np.outer(g * he_a, g * he_b))
+        p = (size - n) // 2
+        out[:, i, p : p + n, p : p + n] = np.stack(funcs[:num])
+    return out / np.sqrt((out[:, :1] ** 2).sum(axis=(2, 3), keepdims=True))
+
+
+def _first_axis_orders(effective_size, max_order):
+    """Order along the peers' first array axis of each type-B function (sign flips where odd)."""
+    oy, ox = np.indices([max_order + 1, max_order + 1])
+    keep = ox + oy <= max_order
+    per = list(ox[keep])
+    return np.array((per * effective_size**2)[: effective_size**2])
+
+
+def test_hermite_b_is_sesn_mnist_ses_vector_56_function_for_function():
+    """SESN's mnist_ses_vector_56: widths 2.0 * 2**(i/3) rounded as SESN (2.0, 2.52, 3.17, 4.0),
+    mult 1.5, max order 4, kernel 15, 49 functions; invjax samples y upwards, so the functions
+    with an odd order along the peers' first (row) axis change sign."""
+    widths = [round(2.0 * 2 ** (i / 3), 2) for i in range(4)]
+    assert widths == [2.0, 2.52, 3.17, 4.0]
+    got = B.hermite_b_basis(15, 7, tuple(w / 2.0 for w in widths), 2.0, 1.5, 4)
+    chex.assert_shape(got, (4, 49, 15, 15))  # invjax [S, F, k, k]; the peers' [F, S, k, k]
+    peer = _peer_type_b(15, widths, 7, 1.5, 4)
+    sign = (-1.0) ** _first_axis_orders(7, 4)
+    np.testing.assert_allclose(
+        got, np.transpose(peer * sign[:, None, None, None], (1, 0, 2, 3)), atol=1e-12
+    )
+
+
+def test_hermite_b_facts_sizes_supports_ranks():
+    psi = B.basis("hermite_b", 15, 7, G.MNIST_SCALES)
+    chex.assert_shape(psi, (4, 49, 15, 15))
+    # support per scale: int(15 s / 2) // 2 * 2 + 1 = 7, 9, 11, 15 taps
+    for i, support in enumerate((7, 9, 11, 15)):
+        rows = np.flatnonzero(np.abs(psi[i]).sum(axis=(0, 2)) > 0)
+        assert (rows.min(), rows.max()) == ((15 - support) // 2, (15 + support) // 2 - 1)
+    # 3 full widths of 15 functions and 4 of the fourth: the span at scale 1 (7 x 7) is 45
+    assert [B.numerical_rank(p) for p in psi] == [45, 47, 47, 47]
+    assert B.numerical_rank(psi[0], np.float64) == 45
+    # type A (invjax's former Scaled-MNIST basis) spans all 49 at every scale
+    assert [B.numerical_rank(p) for p in B.basis("hermite", 15, 7, G.MNIST_SCALES)] == [49] * 4
+    # the 46th..49th functions are the fourth width 2 / 1.5**3 with orders (0, 0..3)
+    t = 2.0 / 1.5**3
+    grid = B.hermite_b_grid(7, 2.0, 4, 1.5, 49)
+    np.testing.assert_allclose(grid[45:], B.hermite_grid(7, t, 4)[:4], atol=1e-12)
+
+
+@pytest.mark.parametrize("kind,mult,rank", [("disco_b", 1.5, 45), ("disco_b_plus", 1.9, 44)])
+def test_disco_b_facts_and_exact_integer_scale(kind, mult, rank):
+    """DISCO's disco_b (min scale 1.9, max order 4; mult 1.5 / 1.9 in exp_mnist.sh): 49
+    functions, rank 45 / 44 of 49 (float32, as DISCO's _calculate_rank); at scale 1 the type-B
+    grid on the 7 x 7 effective taps, at scale 2 the same values on every other tap."""
+    assert (B.TYPE_B[kind].base_sigma, B.TYPE_B[kind].mult) == (1.9, mult)
+    psi = B.basis(kind, 15, 7, G.MNIST_SCALES)
+    chex.assert_shape(psi, (4, 49, 15, 15))
+    assert [B.numerical_rank(p) for p in psi] == [rank] * 4
+    w = B.hermite_b_grid(7, 1.9, 4, mult, 49)
+    norm = np.sqrt((w**2).sum(axis=(1, 2)))[:, None, None]
+    np.testing.assert_allclose(psi[0, :, 4:11, 4:11], w / norm, atol=1e-12)
+    np.testing.assert_allclose(psi[3, :, 1:14:2, 1:14:2], w / norm, atol=1e-12)
+    assert np.abs(psi[3]).sum() == pytest.approx(np.abs(psi[3, :, 1:14:2, 1:14:2]).sum())
+    # support per scale: 7 x 7 taps, the full 15 x 15 fitted kernels, the 13 x 13 dilated grid
+    rows = [np.flatnonzero(np.abs(p).sum(axis=(0, 2)) > 0) for p in psi]
+    support = [int(r.max() - r.min() + 1) for r in rows]
+    assert support == [7, 15, 15, 13]
+
+
+def test_type_b_bases_scale_equivariance_on_a_real_photo():
+    """sum |L_{1/r}[x * psi_j] - [L_{1/r} x] * psi_i|^2 / sum |L_{1/r}[x * psi_j]|^2 over the
+    scale pairs, x a 96 x 96 grey crop of the camera photo (bicubic scaling). DISCO's scale 1 ->
+    2 is exact (dilated taps); the in-between pairs and SESN's type B are approximate (measured:
+    disco_b_plus 0.0028, hermite_b 0.0079; type A: disco 0.0076, hermite 0.0062)."""
+    import skimage.data
+
+    x = skimage.data.camera()[64:448:4, 96:480:4].astype(np.float32)[None, :, :, None] / 255.0
+    sc = tuple(G.MNIST_SCALES)
+    err = {k: md.evaluate(B.basis(k, 15, 7, sc), x, sc, 15) for k in ("hermite_b", "disco_b_plus")}
+    assert err["disco_b_plus"]["relative_error_per_pair"]["1->2"] < 1e-10
+    assert err["disco_b_plus"]["relative_error"] < 0.006
+    assert err["hermite_b"]["relative_error"] < 0.015
+
+
+# --------------------------------------------------------------------------- DISCO's own objective
+
+
+def test_torch_bicubic_matrix_is_corner_anchored_cubic_convolution():
+    """PyTorch's bicubic resize (align_corners=False, a = -0.75): output d reads (d + 0.5) r - 0.5
+    from the corner; at r = 2 every interior output averages taps 2d-1..2d+2 with weights
+    (-3/32, 19/32, 19/32, -3/32); floor(n / r) outputs; constants are kept (edge clamped)."""
+    m = md.torch_bicubic_matrix(20, 2.0)
+    assert m.shape == (10, 20)
+    np.testing.assert_allclose(m.sum(1), 1.0, atol=1e-15)
+    np.testing.assert_allclose(m[4, 7:11], [-3 / 32, 19 / 32, 19 / 32, -3 / 32], atol=1e-15)
+    assert np.count_nonzero(m[4]) == 4
+    np.testing.assert_allclose(m[0, :3], [0.5, 19 / 32, -3 / 32])  # tap -1 clamped onto 0
+    assert md.torch_bicubic_matrix(154, 1.26).shape == (122, 154)
+    m = md.torch_bicubic_matrix(50, 1.41)
+    np.testing.assert_allclose(m.sum(1), 1.0, atol=1e-14)
+    # r = 4/3: output 1 reads source 1.5 (taps 0..3, the half-way weights); output 4 reads
+    # 5.5 (taps 4..7): corner-anchored, so the pattern repeats every 3 outputs
+    m = md.torch_bicubic_matrix(30, 4 / 3)
+    np.testing.assert_allclose(m[1, 0:4], [-3 / 32, 19 / 32, 19 / 32, -3 / 32], atol=1e-14)
+    np.testing.assert_allclose(m[4, 4:8], m[1, 0:4], atol=1e-14)
+
+
+def test_disco_objective_gram_form_equals_direct_evaluation():
+    rng = np.random.default_rng(1)
+    images = rng.uniform(size=(2, 40, 40))
+    scales = (1.0, 1.41, 2.0)
+    obj = md.DiscoObjective(5, 3, scales, images)
+    raw = rng.normal(size=(3, 9, 5, 5))
+    np.testing.assert_allclose(
+        obj.pair_norms(raw), md.disco_objective_direct(raw, images, scales, 5), rtol=1e-10
+    )
+
+
+def test_disco_objective_irls_is_its_minimum():
+    """The IRLS solution: the fixed integer scales untouched, no perturbation and not the
+    squared-residual (invjax objective) fit do better on DISCO's sum of norms."""
+    rng = np.random.default_rng(2)
+    images = rng.uniform(size=(3, 48, 48))
+    scales = (1.0, 1.41, 2.0)
+    obj = md.DiscoObjective(5, 3, scales, images)
+    raw = obj.solve()
+    np.testing.assert_array_equal(raw[0], md.dilated_delta_basis(5, 3, 1))
+    np.testing.assert_array_equal(raw[2], md.dilated_delta_basis(5, 3, 2))
+    best = obj.value(raw)
+    assert obj.iterations[-1] == pytest.approx(best) and obj.iterations[0] >= best
+    for _ in range(5):
+        pert = raw.copy()
+        pert[1] += 1e-3 * rng.normal(size=pert[1].shape)
+        assert obj.value(pert) > best
+    # invjax's own fit (squared residual, bicubic about the centre) is worse on this objective
+    assert obj.value(B._disco_raw(B._shipped_disco_stem(*WRN))) > best
+
+
+@pytest.mark.parametrize("k,e,scales", [MNIST, WRN])
+def test_shipped_peer_disco_fits(k, e, scales):
+    """The disco_b kinds read raw bases fitted with DISCO's own objective (make_disco
+    --objective disco): DISCO's rounded scales, unit taps at integer scales, and on held-out
+    noise a lower DISCO objective than invjax's own fit (which minimises another one)."""
+    metas = B.shipped_disco_configurations("peer")
+    meta = next(m for m in metas if m["kernel_size"] == k)
+    assert meta["command"].startswith("python -m invjax.bases.make_disco --objective disco")
+    assert meta["scales"] == [round(s, 2) for s in scales]
+    raw = B._disco_raw(B._shipped_disco_stem(k, e, tuple(scales), "peer"))
+    chex.assert_shape(raw, (len(scales), e * e, k, k))
+    np.testing.assert_array_equal(raw[0], md.dilated_delta_basis(k, e, 1))
+    np.testing.assert_array_equal(raw[-1], md.dilated_delta_basis(k, e, 2))
+    assert meta["held_out_value"] > 0 and len(meta["irls_values"]) >= 2
+    if k == 5:  # cheap enough to recompute here
+        x = md.random_images(1, 2, 154)[..., 0]
+        obj = md.DiscoObjective(k, e, tuple(meta["scales"]), x)
+        ours = B._disco_raw(B._shipped_disco_stem(k, e, tuple(scales)))
+        assert obj.value(raw) < obj.value(ours)

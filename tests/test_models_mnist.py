@@ -135,3 +135,34 @@ def test_upsampling_commutes_with_rotations_and_flips(method):
 def test_bad_configurations(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ScaledMNISTNet(**kwargs)
+
+
+def test_type_b_networks_keep_the_parameter_counts():
+    """The peers' type-B bases (SESN's mnist_ses_vector_56, DISCO's disco_b) have 49 functions
+    as type A: the Table 2 configs' counts are unchanged by the switch."""
+    shape = (1, 28, 28, 1)
+    pairs = [
+        (ScaledMNISTNet(basis="hermite", head="maxpool"), "hermite_b"),
+        (ScaledMNISTNet(basis="disco", head="mixed", spatial_pool="avg"), "disco_b_plus"),
+        (ScaledMNISTNet(basis="disco", head="ii"), "disco_b_plus"),
+    ]
+    for a, kind in pairs:
+        b = a.clone(basis=kind)
+        count = [count_params(abstract_variables(m, shape)["params"]) for m in (a, b)]
+        assert count[0] == count[1], (kind, count)
+
+
+@pytest.mark.parametrize("basis", ["disco_b_plus", "hermite_b"])
+def test_scale_ii_delta_on_digits_with_the_type_b_bases(basis):
+    """Section 5.1's Delta of the Scale-II features on real digits with the peers' bases
+    (measured, widths 4/4/4, two digits: Scale-II 1.5e-3 / 3.4e-4 with disco_b_plus, 7.7e-4 /
+    1.6e-3 with hermite_b; the mixed pooling head 6.6e-2 / 8.6e-2 and 2.6e-2 / 3.1e-2)."""
+    x = digits28()
+    m = ScaledMNISTNet(head="ii", basis=basis, widths=(4, 4, 4), hidden=8)
+    v = jax.jit(m.init)(jax.random.key(0, impl="rbg"), x)
+    delta = scale_delta(jax.jit(lambda z: m.apply(v, z, method="features")), x)
+    pool = ScaledMNISTNet(head="mixed", basis=basis, widths=(4, 4, 4), hidden=8)
+    vp = jax.jit(pool.init)(jax.random.key(0, impl="rbg"), x)
+    delta_pool = scale_delta(jax.jit(lambda z: pool.apply(vp, z, method="features")), x)
+    assert np.all(delta < 1e-2), delta
+    assert np.all(delta_pool > 3 * delta), (delta, delta_pool)

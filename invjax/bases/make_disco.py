@@ -5,6 +5,13 @@
     python -m invjax.bases.make_disco --kernel-size 5 --effective-size 3 --num-scales 3 \\
         --ratio 1.4142135623730951 --out invjax/bases/data
 
+The peers' files (DISCO's own objective, used by the type-B ``disco_b`` kinds)::
+
+    python -m invjax.bases.make_disco --objective disco --kernel-size 15 --effective-size 7 \\
+        --num-scales 4 --ratio 1.2599210498948732 --images 32 --out invjax/bases/data
+    python -m invjax.bases.make_disco --objective disco --kernel-size 5 --effective-size 3 \\
+        --num-scales 3 --ratio 1.4142135623730951 --images 32 --out invjax/bases/data
+
 Objective (DISCO, Section 3)
   Scales ``s_i = ratio**i`` (values within 1e-3 of an integer are snapped to it). At an integer
   scale ``d`` the basis is fixed: the ``effective_size x effective_size`` delta basis dilated by
@@ -311,6 +318,153 @@ class QuadraticObjective:
         return self.stack(v)
 
 
+# --------------------------------------------------------------------------- DISCO's own objective
+#
+# DISCO's `calculate_disco_basis.py` (ISosnovik/disco, read for its definition): for every scale
+# pair i < j with r = s_j / s_i, "pad circularly by k//2, correlate with psi_j, then resize by
+# 1/r" against "resize by 1/r, pad circularly, correlate with psi_i", both with PyTorch's
+# `F.interpolate(scale_factor=1/r, mode='bicubic', align_corners=False)` (output size
+# floor(N / r), source pixel (d + 0.5) r - 0.5 from the image corner, cubic a = -0.75, edge
+# pixels repeated), cropped by k//2 + 1 on each side; the loss is the sum over pairs of the
+# *unsquared* L2 norm of the residual over images, functions and pixels. DISCO minimises it by
+# Adam from a random start on 154 x 154 noise images; here the same objective is built from
+# Gram matrices and its minimiser found exactly by iteratively reweighted least squares (each
+# pair's squared residual weighted by 1 / its current norm: the stationarity condition of a sum
+# of norms).
+
+DISCO_IMAGE_SIZE = 154  # DISCO's random images
+
+
+def torch_bicubic_matrix(n: int, r: float) -> np.ndarray:
+    """``[floor(n / r), n]`` float64: PyTorch's bicubic resize by ``1 / r`` along one axis
+    (``align_corners=False``, no antialiasing): output ``d`` reads the source position
+    ``(d + 0.5) r - 0.5`` with the cubic-convolution weights (``a = -0.75``) of its four
+    neighbours, indices outside ``0..n-1`` clamped to the edge."""
+    a = -0.75
+    m = int(math.floor(n * (1.0 / r)))
+    out = np.zeros((m, n))
+    for d in range(m):
+        src = (d + 0.5) * r - 0.5
+        i0 = math.floor(src)
+        t = src - i0
+        near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # |x| <= 1
+        far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # 1 < |x| < 2
+        for o, w in enumerate((far(t + 1), near(t), near(1 - t), far(2 - t))):
+            out[d, min(max(i0 - 1 + o, 0), n - 1)] += w
+    return out
+
+
+def _disco_features(x: np.ndarray, kernel_size: int, r: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(P, Q)`` ``[k*k, pixels]`` for one image ``x [N, N]``: tap ``t`` of "correlate
+    circularly, then resize" and of "resize, then correlate circularly", DISCO's crop applied."""
+    k, c, crop = kernel_size, kernel_size // 2, kernel_size // 2 + 1
+    M = torch_bicubic_matrix(x.shape[0], r)
+    m = M.shape[0]
+    # Correlating circularly with the unit tap (a, b) reads x[p + (a - c), q + (b - c)]; it folds
+    # into M as a roll of M's columns, so all k*k resized shifts come from one product.
+    rolled = np.stack([np.roll(M, a - c, axis=1) for a in range(k)])  # [k, m, N]
+    left = rolled @ x  # [k, m, N]: rows resized after the row shift
+    p = left.reshape(k * m, -1) @ rolled.reshape(k * m, -1).T  # [(a, i), (b, l)]
+    p = p.reshape(k, m, k, m).transpose(0, 2, 1, 3)[:, :, crop:-crop, crop:-crop]
+    dx = M @ x @ M.T
+    q = np.stack([np.roll(dx, (c - a, c - b), axis=(0, 1)) for a in range(k) for b in range(k)])[
+        :, crop:-crop, crop:-crop
+    ]
+    return p.reshape(k * k, -1), q.reshape(k * k, -1)
+
+
+def disco_objective_direct(kernels, images, scales, kernel_size: int) -> list[float]:
+    """DISCO's per-pair residual norms by direct evaluation (circular correlation with
+    ``scipy.ndimage``, the resize matrix of :func:`torch_bicubic_matrix`): the reference for
+    :class:`DiscoObjective`. ``kernels`` ``[S, F, k, k]``, ``images`` ``[B, N, N]``."""
+    import scipy.ndimage
+
+    crop = kernel_size // 2 + 1
+    out = []
+    for i, j in scale_pairs(len(scales)):
+        r = scales[j] / scales[i]
+        total = 0.0
+        for x in images:
+            M = torch_bicubic_matrix(x.shape[0], r)
+            dx = M @ x @ M.T
+            for f in range(kernels.shape[1]):
+                big = scipy.ndimage.correlate(x, kernels[j, f], mode="wrap")
+                a = (M @ big @ M.T)[crop:-crop, crop:-crop]
+                b = scipy.ndimage.correlate(dx, kernels[i, f], mode="wrap")[crop:-crop, crop:-crop]
+                total += float(np.sum((a - b) ** 2))
+        out.append(math.sqrt(total))
+    return out
+
+
+class DiscoObjective:
+    """DISCO's objective ``sum_p ||res_p||`` over scale pairs ``p``, as per-pair quadratic forms
+    ``||res_p||^2 = trace(z^T H_p z)`` in the stacked kernels ``z [S k^2, F]``."""
+
+    def __init__(self, kernel_size: int, effective_size: int, scales, images: np.ndarray):
+        k, e, S = kernel_size, effective_size, len(scales)
+        kk, F = k * k, e * e
+        self.kernel_size, self.effective_size, self.scales = k, e, tuple(scales)
+        self.fixed = fixed_kernels(k, e, scales)
+        self.free = [i for i in range(S) if i not in self.fixed]
+        self.pairs = scale_pairs(S)
+        grams = {}
+        for r in sorted({scales[j] / scales[i] for i, j in self.pairs}):
+            pp = np.zeros((kk, kk))
+            qq, pq = np.zeros_like(pp), np.zeros_like(pp)
+            for x in images:
+                p, q = _disco_features(np.asarray(x, np.float64), k, r)
+                pp += p @ p.T
+                qq += q @ q.T
+                pq += p @ q.T
+            grams[r] = (pp, qq, pq)
+        self.H = []
+        for i, j in self.pairs:
+            pp, qq, pq = grams[scales[j] / scales[i]]
+            h = np.zeros((S * kk, S * kk))
+            si, sj = slice(i * kk, (i + 1) * kk), slice(j * kk, (j + 1) * kk)
+            h[sj, sj] += pp
+            h[si, si] += qq
+            h[sj, si] -= pq
+            h[si, sj] -= pq.T
+            self.H.append(h)
+        slots = lambda idx: np.array([t for i in idx for t in range(i * kk, (i + 1) * kk)], int)
+        self.u, self.c = slots(self.free), slots(sorted(self.fixed))
+        self.zc = np.concatenate([self.fixed[i].reshape(F, kk).T for i in sorted(self.fixed)])
+        self.iterations = []
+
+    def _z(self, raw) -> np.ndarray:
+        S, F = len(self.scales), self.effective_size**2
+        return np.asarray(raw, np.float64).reshape(S, F, -1).transpose(0, 2, 1).reshape(-1, F)
+
+    def pair_norms(self, raw) -> np.ndarray:
+        z = self._z(raw)
+        return np.sqrt(np.maximum([np.sum(z * (h @ z)) for h in self.H], 0.0))
+
+    def value(self, raw) -> float:
+        return float(np.sum(self.pair_norms(raw)))
+
+    def solve(self, iterations: int = 100, tol: float = 1e-12) -> np.ndarray:
+        """The minimiser by iteratively reweighted least squares (weights ``1 / ||res_p||``,
+        pairs with a zero residual, between two integer scales, carry no unknowns)."""
+        k, S, F = self.kernel_size, len(self.scales), self.effective_size**2
+        z = np.zeros((S * k * k, F))
+        z[self.c] = self.zc
+        weights = np.ones(len(self.H))
+        previous = math.inf
+        for _ in range(iterations):
+            h = sum(w * hp for w, hp in zip(weights, self.H))
+            rhs = -h[np.ix_(self.u, self.c)] @ self.zc
+            z[self.u] = scipy.linalg.solve(h[np.ix_(self.u, self.u)], rhs, assume_a="pos")
+            norms = np.sqrt(np.maximum([np.sum(z * (hp @ z)) for hp in self.H], 0.0))
+            value = float(norms.sum())
+            self.iterations.append(value)
+            weights = 1.0 / np.maximum(norms, 1e-12 * max(norms.max(), 1e-300))
+            if previous - value <= tol * value:
+                break
+            previous = value
+        return np.stack([z[i * k * k : (i + 1) * k * k].T.reshape(F, k, k) for i in range(S)])
+
+
 # --------------------------------------------------------------------------- post-processing
 
 
@@ -330,6 +484,80 @@ def hermite_rotation(raw: np.ndarray, effective_size: int, base_sigma: float):
 
 # --------------------------------------------------------------------------- CLI
 
+OBJECTIVES = ("invjax", "disco")
+PEER_PREFIX = "peer_"  # files fitted with DISCO's objective (invjax.bases.scale: disco_b kinds)
+
+
+def _main_disco(args, given) -> dict:
+    """Fit DISCO's own objective (see "DISCO's own objective" above) and write
+    ``OUT/peer_STEM.npz`` (``raw`` [S, F, k, k], ``scales``) and ``OUT/peer_STEM.json``."""
+    from invjax.bases.scale import check_arguments, data_file_stem
+
+    k, e = args.kernel_size, args.effective_size
+    # DISCO's scales are rounded to 2 decimals (its mnist_disco and its basis file names)
+    scales = tuple(round(s, 2) for s in disco_scales(args.num_scales, args.ratio))
+    check_arguments(k, e, scales)
+    fixed_kernels(k, e, scales)
+    n = args.image_size or DISCO_IMAGE_SIZE
+    if int(n / max(scales)) - 2 * (k // 2 + 1) < 2:
+        raise ValueError(f"--image-size={n} is too small for kernel_size={k} and DISCO's crop")
+    train = random_images(args.seed, args.images, n)[..., 0]
+    held_out = random_images(args.seed + 1, args.eval_images, n)[..., 0]
+    print(f"DISCO objective: scales={scales} kernel_size={k} effective_size={e}", flush=True)
+    t0 = time.perf_counter()
+    obj = DiscoObjective(k, e, scales, train)
+    t_gram = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    raw = obj.solve()
+    t_solve = time.perf_counter() - t0
+    held = DiscoObjective(k, e, scales, held_out)
+    stem = PEER_PREFIX + data_file_stem(k, e, scales)
+    os.makedirs(args.out, exist_ok=True)
+    npz_path = os.path.join(args.out, stem + ".npz")
+    np.savez_compressed(npz_path, raw=raw, scales=np.asarray(scales))
+    with open(npz_path, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    ev = evaluate(raw, held_out[..., None], scales, k)
+    meta = {
+        "kernel_size": k,
+        "effective_size": e,
+        "scales": list(scales),
+        "ratio": args.ratio,
+        "command": "python -m invjax.bases.make_disco " + " ".join(given),
+        "arguments": vars(args),
+        "objective": (
+            "DISCO's calculate_disco_basis: sum over scale pairs i<j of the unsquared L2 norm "
+            "(over images, functions, pixels) of resize_{1/r}(circular x * psi_j) - circular "
+            "(resize_{1/r} x) * psi_i, r = s_j/s_i, PyTorch bicubic (align_corners=False, "
+            "a=-0.75, floor(N/r) output), crop k//2+1; uniform noise images; psi fixed "
+            "(dilated delta basis) at integer scales; solved by iteratively reweighted least "
+            "squares"
+        ),
+        "irls_values": obj.iterations,
+        "train_value": obj.value(raw),
+        "held_out_value": held.value(raw),
+        "held_out_pair_norms": held.pair_norms(raw).tolist(),
+        "held_out_invjax_objective": ev,
+        "feature_and_gram_time_s": t_gram,
+        "solve_time_s": t_solve,
+        "train_images": args.images,
+        "held_out_images": args.eval_images,
+        "image_size": n,
+        "post_processing": "none: the raw delta-parametrised basis; invjax.bases.scale mixes it "
+        "(disco_b kinds: type-B Hermite matrix, as DISCO's DISCOBasisB)",
+        "npz_sha256": digest,
+    }
+    with open(os.path.join(args.out, stem + ".json"), "w") as fh:
+        json.dump(meta, fh, indent=1)
+        fh.write("\n")
+    print(
+        f"value(train)={meta['train_value']:.6e} value(held-out)={meta['held_out_value']:.6e} "
+        f"after {len(obj.iterations)} IRLS steps; features/Gram {t_gram:.1f}s, solve "
+        f"{t_solve:.1f}s; wrote {npz_path} ({os.path.getsize(npz_path)} B)",
+        flush=True,
+    )
+    return meta
+
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(
@@ -342,13 +570,27 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", type=str, required=True, help="output directory")
     parser.add_argument("--images", type=int, default=16, help="noise images for the fit")
     parser.add_argument("--eval-images", type=int, default=4, help="held-out noise images")
-    parser.add_argument("--image-size", type=int, default=96)
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help=f"default 96 (invjax), {DISCO_IMAGE_SIZE} (disco)",
+    )
+    parser.add_argument(
+        "--objective", choices=OBJECTIVES, default="invjax",
+        help="invjax: squared residual, bicubic about the centre, least squares (the 'disco' "
+        "kind); disco: DISCO's own (unsquared, circular, PyTorch's bicubic), the peers' files",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--adam-steps", type=int, default=2000)
     parser.add_argument("--adam-lr", type=float, default=0.01)
     parser.add_argument("--base-sigma", type=float, default=None, help="Hermite mixing width")
     parser.add_argument("--no-hermite", action="store_true", help="ship the raw delta basis")
     args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if args.objective == "disco":
+        return _main_disco(args, given)
+    args.image_size = args.image_size or 96
 
     import jax
 
@@ -424,7 +666,6 @@ def main(argv=None) -> dict:
     np.savez_compressed(npz_path, basis=shipped, raw=raw, scales=np.asarray(scales))
     with open(npz_path, "rb") as fh:
         digest = hashlib.sha256(fh.read()).hexdigest()
-    given = sys.argv[1:] if argv is None else list(argv)
     meta = {
         "kernel_size": k,
         "effective_size": e,

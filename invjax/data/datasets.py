@@ -1,25 +1,42 @@
 """``load(config.data) -> Dataset``: in-memory train/validation/test arrays of one dataset.
 
-Datasets (``config.data.name``):
+Datasets (``config.data.name``): a source, optionally a variant of it (the :data:`SPECS` table;
+docs/datasets.md has the commands and splits).
 
-==============  ======================================================  ==================
-name            source, splits                                          default augment
-==============  ======================================================  ==================
-scaled_digits   scikit-learn digits in MNIST's format, shrunk by         scale
-                s ~ U(0.3, 1); fixed stratified 1079/359/359 (offline)
-rotscaled_      scaled_digits, each also rotated by theta ~ U(0, 360)    scale
-digits          degrees; the same splits (offline)
-digits          the same without the shrink (offline)                   none
-mnist_scale     Scaled-MNIST from TFDS ``mnist``: 10k/2k/50k, six        scale
-                realisations (see :mod:`invjax.data.scaled_mnist`)
-mnist           TFDS ``mnist`` train/test; 80:20 validation split        none
-cifar10         TFDS ``cifar10`` train/test; 80:20 validation split      crop_flip
-svhn_cropped    TFDS ``svhn_cropped`` core train/test (no 'extra'); 80:20 none
-stl10           TFDS ``stl10`` labelled train/test; 80:20                crop_flip_cutout
-image_folder    your images, ``data.path=DIR``: DIR/train/<class>/*.png, none
-                DIR/test/...; DIR/val/... or 80:20 (see
-                :mod:`invjax.data.image_folder`: size rule, channels)
-==============  ======================================================  ==================
+=======================  ================================================  ===============
+name                     source, splits                                    default augment
+=======================  ================================================  ===============
+scaled_digits            scikit-learn digits in MNIST's format, shrunk by  scale
+                         s ~ U(0.3, 1); fixed stratified 1079/359/359
+rotscaled_digits         scaled_digits, each also rotated by               scale
+                         theta ~ U(0, 360) degrees; the same splits
+digits                   the same without the shrink                       none
+mnist                    MNIST: TFDS ``mnist`` or IDX files at             none
+                         ``data.path``; train/test; 80:20 validation
+fashion_mnist            Fashion-MNIST, likewise (TFDS ``fashion_mnist``   none
+                         or IDX files, e.g. Debian's package)
+mnist_scale              Scaled-MNIST (SESN): MNIST's 70k pooled,          scale
+                         10k/2k/50k, six realisations
+scaled_fashion_mnist     the same construction on Fashion-MNIST's 70k      scale
+scaled_mnist_10k         the same on MNIST's first 10,000 training         scale
+                         images (the npm digits): 5,000/1,000/4,000
+rotscaled_mnist,         the three above, each image also rotated by       scale
+rotscaled_fashion_mnist, theta ~ U(0, 360) degrees
+rotscaled_mnist_10k
+cifar10                  TFDS ``cifar10`` train/test; 80:20 validation     crop_flip
+svhn_cropped             TFDS ``svhn_cropped`` core train/test; 80:20      none
+stl10                    TFDS ``stl10`` labelled train/test; 80:20         crop_flip_cutout
+image_folder             your images, ``data.path=DIR``: DIR/train/<class>/none
+                         *.png, DIR/test/...; DIR/val/... or 80:20 (see
+                         :mod:`invjax.data.image_folder`)
+=======================  ================================================  ===============
+
+Sources (:mod:`invjax.data.sources`): the MNIST-format ones read the four IDX files from
+``data.path`` when it is set, else the prepared TFDS copy in ``data.data_dir``. A source with
+only the training pair of IDX files (the npm digits) has no test split: a stratified
+``TRAIN_ONLY_TEST_FRACTION`` (40 %) of it, drawn once with a fixed seed, becomes the test split.
+The variants pool the source's images and split them themselves
+(:mod:`invjax.data.scaled_mnist`), so they need no test pair.
 
 Validation. Where the dataset defines a validation split (Scaled-MNIST, the digits) it is used;
 elsewhere a stratified ``val_fraction`` (0.2: the paper's 80:20) of the training split becomes
@@ -56,30 +73,62 @@ from invjax.data import digits as digits_lib
 from invjax.data import scaled_mnist, sources, subsets
 
 
-def _tfds(name: str, augment: str) -> tuple[tuple[int, int, int], int, str]:
-    """A TFDS dataset's entry: its image shape and classes as :mod:`.sources` reads them."""
-    _, shape, num_classes = sources.TFDS_DATASETS[name]
-    return shape, num_classes, augment
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What a ``data.name`` is: a source, optionally a variant of it, and its default augmentation.
+
+    ``source``: ``'digits'`` (scikit-learn's digits, :mod:`invjax.data.digits`, which builds its
+    own variants and fixed splits), a key of :data:`invjax.data.sources.TFDS_DATASETS` (TFDS, or
+    IDX files at ``data.path`` for :data:`~invjax.data.sources.MNIST_FORMAT`) or
+    ``'image_folder'``. ``variant``: ``None`` or one of :data:`invjax.data.scaled_mnist.VARIANTS`,
+    with its pool and split ``protocol`` (:data:`invjax.data.scaled_mnist.PROTOCOLS`).
+    """
+
+    source: str
+    augment: str = "none"
+    variant: str | None = None
+    protocol: str | None = None
+
+    @property
+    def shape_classes(self) -> tuple[tuple[int, int, int], int]:
+        if self.source == "digits":
+            return (28, 28, 1), 10
+        _, shape, num_classes = sources.TFDS_DATASETS[self.source]
+        return shape, num_classes
 
 
+#: Every named dataset except ``image_folder`` (whose shape and classes come from the folder).
+SPECS: dict[str, Spec] = {
+    "scaled_digits": Spec("digits", "scale", "scaled"),
+    "rotscaled_digits": Spec("digits", "scale", "rotscaled"),
+    "digits": Spec("digits"),
+    "mnist_scale": Spec("mnist", "scale", "scaled", "sesn"),
+    "rotscaled_mnist": Spec("mnist", "scale", "rotscaled", "sesn"),
+    "scaled_mnist_10k": Spec("mnist", "scale", "scaled", "first10k"),
+    "rotscaled_mnist_10k": Spec("mnist", "scale", "rotscaled", "first10k"),
+    "mnist": Spec("mnist"),
+    "scaled_fashion_mnist": Spec("fashion_mnist", "scale", "scaled", "sesn"),
+    "rotscaled_fashion_mnist": Spec("fashion_mnist", "scale", "rotscaled", "sesn"),
+    "fashion_mnist": Spec("fashion_mnist"),
+    "cifar10": Spec("cifar10", "crop_flip"),
+    "svhn_cropped": Spec("svhn_cropped"),
+    "stl10": Spec("stl10", "crop_flip_cutout"),
+}
 # name -> (image shape, number of classes, default augmentation); the one table of dataset names
 # and image shapes (invjax.models' command and the configs read it).
 DATASETS: dict[str, tuple[tuple[int, int, int], int, str]] = {
-    "scaled_digits": ((28, 28, 1), 10, "scale"),
-    "rotscaled_digits": ((28, 28, 1), 10, "scale"),
-    "digits": ((28, 28, 1), 10, "none"),
-    "mnist_scale": _tfds("mnist", "scale"),  # realisations drawn from MNIST's images
-    "mnist": _tfds("mnist", "none"),
-    "cifar10": _tfds("cifar10", "crop_flip"),
-    "svhn_cropped": _tfds("svhn_cropped", "none"),
-    "stl10": _tfds("stl10", "crop_flip_cutout"),
+    name: (*spec.shape_classes, spec.augment) for name, spec in SPECS.items()
 }
-#: Label k's name per dataset (TFDS's names; image folders: their class folders).
+#: Label k's name per source (TFDS's names; image folders: their class folders).
 _DIGITS = tuple(str(k) for k in range(10))
-CLASS_NAMES: dict[str, tuple[str, ...]] = {
-    **{n: _DIGITS for n in ("scaled_digits", "rotscaled_digits", "digits", "mnist_scale")},
+SOURCE_CLASS_NAMES: dict[str, tuple[str, ...]] = {
+    "digits": _DIGITS,
     "mnist": _DIGITS,
     "svhn_cropped": _DIGITS,
+    "fashion_mnist": (
+        "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    ),
     "cifar10": (
         "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
     ),
@@ -87,11 +136,18 @@ CLASS_NAMES: dict[str, tuple[str, ...]] = {
         "airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship", "truck",
     ),
 }  # fmt: skip
+CLASS_NAMES: dict[str, tuple[str, ...]] = {
+    name: SOURCE_CLASS_NAMES[spec.source] for name, spec in SPECS.items()
+}
 #: The user's own images (:mod:`invjax.data.image_folder`, imported when used: it is also a
 #: command, ``python -m invjax.data.image_folder``).
 IMAGE_FOLDER = "image_folder"
 #: Every ``data.name``: the table above and the user's own image folders.
 NAMES = (*DATASETS, IMAGE_FOLDER)
+#: A source without a test split (an IDX directory with only the training pair, e.g. the npm
+#: digits) gives this stratified share of its training images, drawn once, as the test split.
+TRAIN_ONLY_TEST_FRACTION = 0.4
+TEST_SPLIT_SEED = 1
 VAL_SPLIT_SEED = 0  # the 80:20 validation split is the same for every run
 # 'predefined': the dataset's own validation split where it has one, else val_fraction of the
 # training split; 'train': always val_fraction of the training split (a predefined one unused).
@@ -178,15 +234,17 @@ def check_config(cfg) -> dict:
     if name not in NAMES:
         raise ValueError(f"unknown dataset {name!r} (data.name): valid names are {list(NAMES)}")
     folder = None
+    path = _get(cfg, "path", None)
     if name == IMAGE_FOLDER:  # the folder's own classes and image size
         from invjax.data import image_folder
 
-        folder = image_folder.scan(_get(cfg, "path", None), _get(cfg, "image_size", None))
+        folder = image_folder.scan(path, _get(cfg, "image_size", None))
         shape, num_classes = folder.image_shape, len(folder.classes)
         default_aug, class_names = image_folder.DEFAULT_AUGMENT, folder.classes
     else:
         shape, num_classes, default_aug = DATASETS[name]
         class_names = CLASS_NAMES[name]
+        path = sources.check_path(SPECS[name].source, path)  # IDX files present (not read)
     aug = _get(cfg, "augment", DEFAULTS["augment"])
     aug = default_aug if aug in (None, "default") else aug
     if aug not in augment_lib.AUGMENTATIONS:
@@ -243,6 +301,7 @@ def check_config(cfg) -> dict:
         "realisation": realisation,
         "n_train": int(n_train),
         "data_dir": _get(cfg, "data_dir", DEFAULTS["data_dir"]),
+        "path": path,
         "class_names": tuple(class_names),
         "folder": folder,
     }
@@ -264,35 +323,41 @@ def _channel_stats(images: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, n
     return mean.astype(np.float32), np.maximum(std, 1e-6).astype(np.float32)
 
 
-def _raw_splits(opts) -> tuple[Split, Split | None, Split]:
-    """``(train, predefined val or None, test)`` before validation split and subset."""
-    name, data_dir, r = opts["name"], opts["data_dir"], opts["realisation"]
-    if name in ("digits", "scaled_digits", "rotscaled_digits"):
-        if name == "digits":
-            images, labels = digits_lib.digits()
-        elif name == "rotscaled_digits":
-            images, labels, _, _ = digits_lib.rotscaled_digits(None, seed=r)
-        else:
-            images, labels, _ = digits_lib.scaled_digits(None, seed=r)
-        tr, va, te = digits_lib.splits(r)
-        full = Split(images, labels)
-        return full.take(tr), full.take(va), full.take(te)
-    if name == "mnist_scale":
-        d = scaled_mnist.load_realisation(r, data_dir)
-        return tuple(Split(d[f"{s}_images"], d[f"{s}_labels"]) for s in scaled_mnist.SPLITS)
+def _source_splits(opts) -> dict[str, Split]:
+    """The splits the source (or its variant) defines: ``'train'``, and ``'val'``/``'test'``
+    where it has them; before the validation split and the subset."""
+    name, data_dir, r, path = opts["name"], opts["data_dir"], opts["realisation"], opts["path"]
     if name == IMAGE_FOLDER:
         from invjax.data import image_folder
 
-        train, val, test = (image_folder.read_split(opts["folder"], s) for s in image_folder.SPLITS)
-        return Split(*train), None if val is None else Split(*val), Split(*test)
-    train, test = (Split(*sources.read_split(name, s, data_dir)) for s in ("train", "test"))
-    return train, None, test
+        parts = {s: image_folder.read_split(opts["folder"], s) for s in image_folder.SPLITS}
+        return {s: Split(*v) for s, v in parts.items() if v is not None}
+    spec = SPECS[name]
+    if spec.source == "digits":  # builds its variants itself (see invjax.data.digits)
+        parts = digits_lib.realisation(spec.variant, r)
+        return {s: Split(*v) for s, v in zip(scaled_mnist.SPLITS, parts)}
+    if spec.variant is not None:
+        d = scaled_mnist.realisation(
+            name,
+            spec.variant,
+            spec.protocol,
+            r,
+            lambda: sources.read_all(spec.source, data_dir, path),
+            data_dir,
+            cache_first=path is None,  # TFDS: fixed and slow to read; IDX files: by content
+        )
+        return {s: Split(d[f"{s}_images"], d[f"{s}_labels"]) for s in scaled_mnist.SPLITS}
+    return {s: Split(*v) for s, v in sources.read_all(spec.source, data_dir, path).items()}
 
 
 def load(cfg) -> Dataset:
     """Load ``config.data`` (fields: see :func:`default_config` and the module docstring)."""
     opts = check_config(cfg)
-    train, val, test = _raw_splits(opts)
+    parts = _source_splits(opts)
+    train, val, test = parts["train"], parts.get("val"), parts.get("test")
+    if test is None:  # a source with only training images: hold a stratified share out
+        tr, te = subsets.validation_split(train.labels, TRAIN_ONLY_TEST_FRACTION, TEST_SPLIT_SEED)
+        train, test = train.take(tr), train.take(te)
     if opts["val_fraction"] == 0.0:  # no validation: pool a predefined one into training
         if val is not None:
             train = Split(

@@ -87,6 +87,35 @@ def draw_scales(n: int, seed: int, scale_range=SHRINK_RANGE) -> np.ndarray:
     return _rng(seed).uniform(lo, hi, size=n).astype(np.float32)
 
 
+def draw_angles(n: int, seed, angle_range=ANGLE_RANGE) -> np.ndarray:
+    """``n`` rotation angles in degrees, ``theta ~ U(angle_range)`` from ``seed`` (float32)."""
+    lo, hi = angle_range
+    return _rng(seed).uniform(lo, hi, size=n).astype(np.float32)
+
+
+def rotate_shrink(images: np.ndarray, scales, angles, chunk: int = 2048) -> np.ndarray:
+    """``L_(s R(theta)) x`` per image (one bicubic resampling, zeros outside), clipped to [0, 1].
+
+    ``images`` float32 ``[N, H, W, C]``, ``scales`` ``[N]``, ``angles`` ``[N]`` in degrees
+    (counter-clockwise). Fixed-size chunks, so one compiled function serves any ``N``.
+    """
+    images = np.asarray(images, np.float32)
+    scales = np.asarray(scales, np.float32)
+    radians = np.deg2rad(np.asarray(angles, np.float32))
+    n = len(images)
+    out = np.empty_like(images)
+    step = min(chunk, max(n, 1))
+    for start in range(0, n, step):
+        x, s, t = (a[start : start + step] for a in (images, scales, radians))
+        k = len(x)
+        if k < step:  # pad the last chunk to the compiled shape
+            x = np.concatenate([x, np.zeros((step - k, *x.shape[1:]), x.dtype)])
+            s = np.concatenate([s, np.ones(step - k, s.dtype)])
+            t = np.concatenate([t, np.zeros(step - k, t.dtype)])
+        out[start : start + k] = np.asarray(jax.device_get(_rotate_shrink(x, s, t)))[:k]
+    return out
+
+
 def scaled_digits(
     n: int | None = None, seed: int = 0, scale_range=SHRINK_RANGE
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -130,11 +159,27 @@ def rotscaled_digits(
     if n is not None and not 1 <= int(n) <= total:
         raise ValueError(f"n={n} is invalid: choose 1..{total} (or None for all digits)")
     scales = draw_scales(total, seed, scale_range)
-    lo, hi = angle_range
-    angles = _rng(seed, 3).uniform(lo, hi, size=total).astype(np.float32)
+    angles = draw_angles(total, (seed, 3), angle_range)
     idx = np.arange(total) if n is None else np.sort(_rng(seed, 1).permutation(total)[: int(n)])
     out = _rotate_shrink(images[idx], scales[idx], np.deg2rad(angles[idx]))
     return np.asarray(out, np.float32), labels[idx].copy(), scales[idx], angles[idx]
+
+
+def realisation(variant: str | None, r: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """``(train, val, test)`` of ``digits`` (``variant=None``), ``scaled_digits`` (``'scaled'``)
+    or ``rotscaled_digits`` (``'rotscaled'``) for realisation ``r``: ``(images, labels)`` each,
+    the fixed splits of :func:`splits` and the scales (and angles) drawn by ``r``."""
+    if variant is None:
+        images, labels = digits()
+    elif variant == "scaled":
+        images, labels, _ = scaled_digits(None, seed=r)
+    elif variant == "rotscaled":
+        images, labels, _, _ = rotscaled_digits(None, seed=r)
+    else:
+        raise ValueError(
+            f"digits variant {variant!r} is unknown: choose None, 'scaled', 'rotscaled'"
+        )
+    return tuple((images[i], labels[i]) for i in splits(r))
 
 
 def splits(realisation: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

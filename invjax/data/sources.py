@@ -1,4 +1,12 @@
-"""TensorFlow Datasets sources read with ``tfds.data_source`` (random access, no TensorFlow).
+"""Image sources: TensorFlow Datasets (``tfds.data_source``) and MNIST-format IDX directories.
+
+One interface for every source of labelled images: :func:`read_all` returns each split the
+source has (``'train'`` and, where it has one, ``'test'``) as ``(images uint8 [N, H, W, C],
+labels int32 [N])``. The MNIST-format datasets (:data:`MNIST_FORMAT`: ``mnist``,
+``fashion_mnist``) come either from a prepared TFDS copy or, with ``path``, from a directory of
+the four IDX files (:mod:`invjax.data.idx`); both give the same arrays for the same files.
+
+TFDS sources are read with ``tfds.data_source`` (random access, no TensorFlow).
 
 A dataset must have been prepared once in the ``array_record`` file format by
 ``python -m invjax.data.prepare NAME`` (needs TensorFlow and the internet:
@@ -18,14 +26,21 @@ import os
 
 import numpy as np
 
+from invjax.data import idx
+
 # name -> (splits invjax reads, image shape, number of classes). SVHN: the core 'train' split
 # only, without 'extra' (as the paper); STL-10: the labelled 'train'/'test', not 'unlabelled'.
 TFDS_DATASETS: dict[str, tuple[tuple[str, ...], tuple[int, int, int], int]] = {
     "mnist": (("train", "test"), (28, 28, 1), 10),
+    "fashion_mnist": (("train", "test"), (28, 28, 1), 10),
     "cifar10": (("train", "test"), (32, 32, 3), 10),
     "svhn_cropped": (("train", "test"), (32, 32, 3), 10),
     "stl10": (("train", "test"), (96, 96, 3), 10),
 }
+#: Sources that a directory of IDX files (``data.path``) can provide instead of TFDS.
+MNIST_FORMAT = ("mnist", "fashion_mnist")
+#: Where Debian's ``dataset-fashion-mnist`` package puts the four IDX files.
+DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 FILE_FORMAT = "array_record"  # the random-access format that tfds.data_source reads
 
 
@@ -70,7 +85,13 @@ def open_split(name: str, split: str, data_dir: str | None = None):
             f"dataset {name!r} (split {split!r}) is not prepared in {where} in the "
             f"{FILE_FORMAT} format that tfds.data_source reads. Prepare it once, on a machine "
             f"with internet access: `pip install 'invjax[prepare]'` (adds TensorFlow) and then "
-            f"`{prepare_command(name, data_dir)}`. (tfds said: {type(e).__name__}: "
+            f"`{prepare_command(name, data_dir)}`"
+            + (
+                f", or read the IDX files from a directory: data.path=DIR ({idx.expected_files()})"
+                if name in MNIST_FORMAT
+                else ""
+            )
+            + f". (tfds said: {type(e).__name__}: "
             f"{str(e).splitlines()[0] if str(e) else ''})"
         ) from e
 
@@ -95,3 +116,46 @@ def read_split(name: str, split: str, data_dir: str | None = None) -> tuple[np.n
     if n and (labels.min() < 0 or labels.max() >= num_classes):
         raise ValueError(f"{name}/{split} has labels outside 0..{num_classes - 1}")
     return images, labels
+
+
+def check_path(name: str, path) -> str | None:
+    """Validate ``data.path`` for source ``name`` before any reading (files exist); ``None`` ok."""
+    if path is None:
+        return None
+    if name not in MNIST_FORMAT:
+        raise ValueError(
+            f"data.path={path!r} is read only by the MNIST-format sources {list(MNIST_FORMAT)} "
+            f"and by data.name='image_folder', not by source {name!r}"
+        )
+    idx.find_dir(path)
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def read_all(
+    name: str, data_dir: str | None = None, path: str | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Every split of source ``name``: ``{'train': (images, labels)[, 'test': ...]}``.
+
+    ``path`` (MNIST-format sources only): a directory of IDX files, whose test pair may be
+    absent; otherwise the prepared TFDS copy in ``data_dir``.
+    """
+    _check_name(name)
+    if check_path(name, path) is not None:
+        out = idx.read_dir(path)
+        _, shape, num_classes = TFDS_DATASETS[name]
+        for split, (images, labels) in out.items():
+            if images.shape[1:] != shape or labels.min() < 0 or labels.max() >= num_classes:
+                raise idx.IDXError(
+                    f"{path}: {split} images {images.shape[1:]} with labels "
+                    f"{labels.min()}..{labels.max()} are not {name} ({shape}, labels 0.."
+                    f"{num_classes - 1})"
+                )
+        return out
+    return {s: read_split(name, s, data_dir) for s in TFDS_DATASETS[name][0]}
+
+
+def describe(name: str, data_dir: str | None = None, path: str | None = None) -> str:
+    """Where :func:`read_all` reads ``name`` from, for logs and cache metadata."""
+    if path is not None:
+        return f"idx:{os.path.abspath(os.path.expanduser(str(path)))}"
+    return f"tfds:{name}@{data_dir or default_data_dir()}"

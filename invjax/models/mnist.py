@@ -27,6 +27,12 @@ II-DISCO monomials        ``head='ii_monomials'``: Scale-II with monomials (eq. 
 
 Choices and discrepancies (documented, not hidden):
 
+* Bases: ``basis`` is any kind of :mod:`invjax.bases.scale` (49 functions each, so the same
+  parameter count). The Table 2 configs use the peers' type B: ``'hermite_b'`` for SES-CNN
+  (SESN's ``mnist_ses_vector_56``), ``'disco_b_plus'`` for DISCO and II-DISCO (DISCO's
+  ``disco_b`` as ``exp_mnist.sh`` runs it with scale augmentation); this class's default
+  ``'disco'`` is the type-A DISCO basis (docs/differences.md, "Scale bases of the Scaled-MNIST
+  networks").
 * Scales: the text says ``n_S = 4`` scales (SESN/DISCO's ``2**(i/3)``, ``i < 4``), Table 7 lists
   ``n_S = 3``. The default is 4 (the shipped 15 x 15 DISCO basis has scales 1, 1.26, 1.59, 2);
   ``scales`` is a config key.
