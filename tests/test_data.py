@@ -93,7 +93,7 @@ def test_config_is_checked_before_any_loading(tmp_path):
         ({"name": "imagenet"}, r"unknown dataset 'imagenet' .*'scaled_digits'"),
         ({"augment": "mixup"}, r"unknown augmentation 'mixup' .*'crop_flip_cutout'"),
         ({"val_fraction": 1.0}, r"val_fraction=1\.0 is invalid .*\[0, 1\)"),
-        ({"realisation": 6}, r"realisation=6 is invalid.*\[0, 1, 2, 3, 4, 5\]"),
+        ({"realisation": 10}, r"realisation=10 is invalid.*\[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\]"),
         ({"seed": -1}, r"seed=-1 is invalid"),
     ]
     for kw, msg in bad:

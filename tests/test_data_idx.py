@@ -278,3 +278,22 @@ def test_table2_config_dry_run_on_real_scaled_fashion_mnist(tmp_path):
     assert "502,814 parameters" in out
     assert "train 10,000 / val 2,000 / test 50,000 images, augment scale" in out
     assert "60 epochs" in out
+
+
+def test_realisations_beyond_the_papers_six_are_new_draws(tmp_path, monkeypatch):
+    """A study of ten paired realisations: 6..9 are loaded like 0..5, each its own split."""
+    monkeypatch.setattr(scaled_mnist, "SIZES", (60, 20, 100))
+    _write(str(tmp_path / "src"), 150, 50, seed=1)
+    splits = {}
+    for r in (0, 5, 9):
+        c = cfg(
+            name="scaled_fashion_mnist",
+            path=str(tmp_path / "src"),
+            data_dir=str(tmp_path / "c"),
+            realisation=r,
+        )
+        ds = data.load(c)
+        assert (len(ds.train), len(ds.val), len(ds.test)) == (60, 20, 100)
+        splits[r] = ds.train.images
+    assert not np.array_equal(splits[9], splits[0])
+    assert not np.array_equal(splits[9], splits[5])

@@ -42,7 +42,7 @@ Validation. Where the dataset defines a validation split (Scaled-MNIST, the digi
 elsewhere a stratified ``val_fraction`` (0.2: the paper's 80:20) of the training split becomes
 the validation split, drawn with a fixed seed so it is the same for every model and subset.
 ``val_source='train'`` ignores a predefined validation split and always holds out the stratified
-``val_fraction`` of the training split (the HP search of ``launch/study_protocol.py``: an 80:20
+``val_fraction`` of the training split (the HP search of the studies of ``launch/studies``: an 80:20
 split of the digits' 1079 training images, the 359 validation digits unused).
 ``val_fraction=0`` means no validation split (an empty ``val``): the whole labelled training
 data are available for training, e.g. the paper's full-data rows (CIFAR-10 N_t = 50k) and
@@ -198,7 +198,7 @@ DEFAULTS: dict = {
     "name": "scaled_digits",
     "n_train": 0,  # N_t: training-set size (0 = the whole training split)
     "seed": 0,  # which N_t samples (the same for every model given seed and N_t)
-    "realisation": 0,  # Scaled-MNIST / scaled digits realisation (0..5)
+    "realisation": 0,  # realisation of a scaled dataset (0..9; the paper's Table 2: 0..5)
     "val_fraction": 0.2,  # validation share where the dataset defines none (the paper's 80:20)
     # 'predefined' (the dataset's validation split, if any) or 'train' (val_fraction of the
     # training split even where one is predefined: the digits study's 80:20 HP search)

@@ -21,7 +21,9 @@ NAMES = (*sources.TFDS_DATASETS, "mnist_scale")
 OFFLINE = ("digits", "scaled_digits", "rotscaled_digits")
 
 
-def prepare(name: str, data_dir: str | None = None, realisations=scaled_mnist.REALISATIONS) -> None:
+def prepare(
+    name: str, data_dir: str | None = None, realisations=scaled_mnist.PAPER_REALISATIONS
+) -> None:
     """Download and prepare ``name`` (and for ``mnist_scale`` generate its realisations)."""
     if name in OFFLINE:
         print(f"{name} ships with scikit-learn: nothing to prepare")
