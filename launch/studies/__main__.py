@@ -325,9 +325,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser(study, module).parse_args(argv[1:])
     from launch.studies import record, run
 
-    try:
-        if args.command in getattr(module, "COMMANDS", ()):
+    if args.command in getattr(module, "COMMANDS", ()):
+        try:
             return module.command(args)
+        except ValueError as e:  # refused before any work
+            print(f"invjax: error: {e}", file=sys.stderr)
+            return 2
+        except Exception as e:
+            print(f"invjax: error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+    try:
         if getattr(args, "data_path", ""):
             study = _with_data_paths(study, module, args.data_path)
         if args.command == "report":

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 
 from launch.studies import power
@@ -533,8 +534,14 @@ def command(args) -> int:
                 f"--time-steps={args.time_steps} / --batch={args.batch} is invalid: "
                 "need >= 0 / >= 1"
             )
+        where = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(where):
+            raise ValueError(f"--out={args.out} is invalid: no directory {where}")
         configs = sorted({a.config for a in ARMS.values()})
-        result = measure_flops(configs, args.time_steps, args.batch)
+        try:
+            result = measure_flops(configs, args.time_steps, args.batch)
+        except ValueError as e:  # while measuring: a failure, not a refusal
+            raise RuntimeError(str(e)) from e
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1, sort_keys=True)
             fh.write("\n")
