@@ -150,8 +150,9 @@ def _row(dataset, family, n, seed, test, val=None, device="cpu", params=1000, co
     )
 
 
-def _arm(dataset, family, n, errors, **kw):
-    return [_row(dataset, family, n, s, e, **kw) for s, e in enumerate(errors)]
+def _arm(dataset, family, n, errors, val=None, **kw):
+    val = [None] * len(errors) if val is None else val
+    return [_row(dataset, family, n, s, e, v, **kw) for s, (e, v) in enumerate(zip(errors, val))]
 
 
 RNG = np.random.default_rng(0)
@@ -265,7 +266,9 @@ def test_an_empty_record_gives_a_report_that_says_so(tmp_path, capsys):
     text = (tmp_path / "results.md").read_text()
     assert "No run has landed in the record yet" in text
     assert "0 of 12 tested" in text
-    assert text.count("pending: 0 of 10 realisations") == 6  # T claims; M await their streams
+    # T1-T6, M2 and M5 lack runs; M1, M3, M4 and M6 wait for their streams' validation errors
+    assert text.count("pending: 0 of 10 realisations") == 8
+    assert text.count("pending: the streams' validation errors are not all in") == 4
 
 
 @pytest.mark.parametrize(

@@ -463,9 +463,9 @@ def registered_markdown(recs: Sequence[dict], need: int) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in recs:
-        worse = r["worse_family"] or r["worse"]
+        worse = f"`{r['worse_family'] or r['worse']}`"
         if r["worse"] == "best_stream" and r["worse_family"]:
-            worse = f"{r['worse_family']} (best stream)"
+            worse += " (best stream)"
         ci = "-" if math.isnan(r["ci_low"]) else f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
         v = r["verdict"]
         v = f"**{v}**" if v in ("supported", "contradicted") else v
