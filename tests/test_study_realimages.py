@@ -277,6 +277,8 @@ def test_an_empty_record_gives_a_report_that_says_so(tmp_path, capsys):
         (["power", "--realisations=1"], "--realisations=1 is invalid"),
         (["power", "--gpu-tflops=0"], "--gpu-tflops=0.0 is invalid"),
         (["power", "--flops=/nonexistent.json"], "--flops=/nonexistent.json is invalid"),
+        (["flops", "--out=/nonexistent/f.json"], "--out=/nonexistent/f.json is invalid"),
+        (["flops", "--out=f.json", "--time-steps=-1"], "--time-steps=-1 / --batch=32 is invalid"),
         (["plan", "--sizes=20"], "--sizes='20' is invalid"),
         (["plan", "--data_path=mnist=/x"], "--data_path: 'mnist=/x' is invalid"),
         (["plan", "--min_epochs=3"], "unrecognized arguments: --min_epochs=3"),

@@ -12,6 +12,11 @@ sizes N_t and realisations, and the rules (:class:`Rule`). From it and the recor
   hyperparameters and the length of :func:`schedule`;
 * the finished main runs of a rule, grouped for the claims (:func:`main_errors`).
 
+A study may instead fix its design per dataset and family (the real-image study,
+:data:`launch.studies.realimages.STUDY`): each dataset its own N_t list and split size, each
+family its own recipe (:attr:`Family.rule`) and config argument, families trained with their
+published hyperparameters (``tune='none'``), and claims registered at one (dataset, N_t) each.
+
 Run paths: ``tune/DATASET/FAMILY/<candidate>`` and ``main/DATASET/FAMILY/<label>/seed_<k>``,
 ``<label>`` from :func:`run_label` (``n<N_t>``, ``nall`` for the whole split, with the rule's
 :meth:`Rule.tag` where it trains the point otherwise than the study's first rule).
