@@ -162,14 +162,15 @@ class Run:
     """One command of the sweep."""
 
     experiment: str  # directory name: config stem plus its variant overrides
-    config: str  # config stem
+    config: str  # config stem, or "stem:ARG" for the config's argument ARG
     overrides: dict  # --config.KEY=VALUE, in order
     point: tuple[str, int]  # (size label, seed)
     workdir: str
     multi: bool = False
 
     def command(self, python: str = "python") -> str:
-        parts = [python, "-m", "invjax.main", f"--config=configs/{self.config}.py"]
+        stem, colon, arg = self.config.partition(":")
+        parts = [python, "-m", "invjax.main", f"--config=configs/{stem}.py{colon}{arg}"]
         parts.append(f"--workdir={self.workdir}")
         parts += [f"--config.{k}={_fmt(v)}" for k, v in self.overrides.items()]
         return shlex.join(parts)
@@ -210,8 +211,11 @@ def expand(names: Sequence[str]) -> list[tuple[str, dict]]:
 
 
 def load_config(stem: str, overrides: dict):
-    """``configs/<stem>.py``'s config with ``overrides`` applied as the command line would."""
-    config = importlib.import_module(f"configs.{stem}").get_config()
+    """``configs/<stem>.py``'s config with ``overrides`` applied as the command line would
+    (``stem:ARG``: ``get_config(ARG)``, as ``--config=configs/<stem>.py:ARG``)."""
+    stem, _, arg = stem.partition(":")
+    module = importlib.import_module(f"configs.{stem}")
+    config = module.get_config(arg) if arg else module.get_config()
     for key, value in overrides.items():
         *path, last = key.split(".")
         node = config

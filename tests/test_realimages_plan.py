@@ -124,8 +124,8 @@ def test_budget_counts_shared_arms_once_and_grows_with_the_data():
     assert by_id["T1"]["arms"] == ["ii_ws", "disco"]
     assert by_id["T2"]["arms"] == ["ii_mono"]  # disco at 5k is T1's
     assert by_id["M2"]["arms"] == ["triple_std"]  # triple and the streams are M1's
-    small = realimages.run_gflop("disco", "scaled_mnist_real", 100, flops)
-    large = realimages.run_gflop("disco", "scaled_mnist_real", 5_000, flops)
+    small = realimages.run_gflop("disco", "scaled_mnist_10k", 100, flops)
+    large = realimages.run_gflop("disco", "scaled_mnist_10k", 5_000, flops)
     assert large > small > 0
     assert realimages.epochs_for(10, 100, 64, 1_500) == 1_500  # one step per epoch
     assert realimages.epochs_for(1_000, 100, 64, 1_500) == 100  # 16 steps per epoch

@@ -150,7 +150,7 @@ def test_a_missing_record_or_an_unknown_study_exits_2_with_one_line(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"invjax: error: --record={str(tmp_path / 'no.jsonl')!r} is invalid: no such file",
-        "invjax: error: study 'nope' is invalid: choose from ['digits']",
+        "invjax: error: study 'nope' is invalid: choose from ['digits', 'realimages']",
     ]
 
 

@@ -7,5 +7,7 @@ One module per idea: :mod:`~launch.studies.plan` (a study's design and the runs 
 :mod:`~launch.studies.tables` and :mod:`~launch.studies.plots` (the report, regenerated from the
 record alone), :mod:`~launch.studies.svm` (the RBF-SVM anchor), :mod:`~launch.studies.pilot`
 (a training-length rule's pilot); a study's own definition in its module, e.g.
-:mod:`~launch.studies.digits`. The command: ``python -m launch.studies digits --help``.
+:mod:`~launch.studies.digits` and :mod:`~launch.studies.realimages` (with
+:mod:`~launch.studies.power`, what its plan can detect). The command: ``python -m
+launch.studies digits --help``, ``python -m launch.studies realimages --help``.
 """

@@ -14,6 +14,12 @@
         [--datasets rotscaled_digits] [--sizes 300,0] [--runs_dir runs/digits_pilot] [--dry_run]
     python -m launch.studies digits pack   ARCHIVE.tar.gz [--runs_dir DIR] [--finished PATH ...]
 
+    python -m launch.studies realimages plan|run|status (the same options, without the rule's:
+        each family trains its fixed recipe) [--data_path NAME=DIR,...]
+    python -m launch.studies realimages report [--record FILE] [--out DIR] [--runs_dir DIR]
+    python -m launch.studies realimages power [--json] [--flops FILE] [--realisations 10]
+    python -m launch.studies realimages flops --out FILE [--time-steps 3]
+
 Run from the repository root. ``--record`` defaults to ``docs/results/<study>/runs.jsonl`` and
 ``--out`` to the record's folder. ``plan`` prints every command (the finished ones marked);
 ``run`` trains what the record lacks, appends each finished run as a row and rewrites the report
@@ -35,7 +41,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-STUDIES = ("digits",)  # modules of launch.studies that define a STUDY
+STUDIES = ("digits", "realimages")  # modules of launch.studies that define a STUDY
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,7 +70,14 @@ def _ints(text: str, what: str, ok, valid: str) -> tuple[int, ...]:
     return values
 
 
+def _fixed_recipes(study) -> bool:
+    """Whether every family trains its own fixed recipe (no rule options then)."""
+    return all(f.rule is not None for f in study.families.values())
+
+
 def _rule_options(p, study) -> None:
+    if _fixed_recipes(study):
+        return
     rule = study.main_rule
     p.add_argument("--min_steps", type=int, default=rule.min_steps)
     p.add_argument("--min_epochs", type=int, default=rule.min_epochs)
@@ -72,14 +85,16 @@ def _rule_options(p, study) -> None:
     p.add_argument("--width_divisor", type=float, default=rule.width_divisor)
 
 
-def _stats_options(p) -> None:
+def _stats_options(p, study) -> None:
     from launch.studies import stats
 
+    if study.registered:  # the pre-registered test and correction only
+        return
     p.add_argument("--test", choices=stats.TESTS, default="t", help="the primary paired test")
     p.add_argument("--holm_family", choices=("all", "claim"), default="all")
 
 
-def parser(study) -> _Parser:
+def parser(study, module=None) -> _Parser:
     name = study.name
     top = _Parser(prog=f"python -m launch.studies {name}", description=__doc__.split("\n\n")[0])
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -95,6 +110,12 @@ def parser(study) -> _Parser:
         p.add_argument("--runs_dir", default=f"runs/{name}")
         p.add_argument("--record", default=record)
         _rule_options(p, study)
+        if study.dataset_overrides:
+            p.add_argument(
+                "--data_path",
+                default="",
+                help="NAME=DIR,...: the folder of a dataset's IDX files (default: the study's)",
+            )
         p.add_argument("--seeds_in_one", action="store_true", help="K seeds per invocation")
         p.add_argument(
             "--rerun",
@@ -104,7 +125,7 @@ def parser(study) -> _Parser:
         )
     r = cmds["run"]
     r.add_argument("--out", default=None, help="the report's folder (default: the record's)")
-    _stats_options(r)
+    _stats_options(r, study)
     r.add_argument("--budget_minutes", type=float, default=0.0, help="0 = none")
     r.add_argument("--platform", choices=("auto", "cpu", "gpu"), default="auto")
     r.add_argument("--parallel", type=int, default=1, help="runs side by side")
@@ -119,7 +140,12 @@ def parser(study) -> _Parser:
     p.add_argument("--no_figures", action="store_true", help="tables only")
     p.add_argument("--seeds", default=",".join(map(str, study.seeds)))
     _rule_options(p, study)
-    _stats_options(p)
+    _stats_options(p, study)
+    if module is not None and hasattr(module, "add_commands"):
+        module.add_commands(sub)
+    if study.registered:  # no rule to pilot: each family's recipe is fixed
+        _pack_parser(sub, name)
+        return top
     p = sub.add_parser("pilot")
     p.add_argument("--min_epochs", type=int, required=True)
     p.add_argument("--families", default="wrn_std,e2_ii")
@@ -128,6 +154,11 @@ def parser(study) -> _Parser:
     p.add_argument("--runs_dir", default=f"runs/{name}_pilot")
     p.add_argument("--record", default=record)
     p.add_argument("--dry_run", action="store_true")
+    _pack_parser(sub, name)
+    return top
+
+
+def _pack_parser(sub, name: str) -> None:
     p = sub.add_parser("pack")
     p.add_argument("archive", help="the .tar.gz to write")
     p.add_argument("--runs_dir", default=f"runs/{name}")
@@ -138,7 +169,6 @@ def parser(study) -> _Parser:
         help="finished runs (a path under --runs_dir, or a glob) packed too, for their final "
         "checkpoint (e.g. '*/scale_iiws_disco/*': a two-phase network's phase 1)",
     )
-    return top
 
 
 def options(study, args):
@@ -147,18 +177,28 @@ def options(study, args):
     from launch.studies.run import Options
 
     n_all = study.n_all
-    opts = Options(
-        stage=args.stage,
-        datasets=_names(args.datasets, study.datasets, "--datasets"),
-        families=_names(args.families, tuple(study.families), "--families"),
-        sizes=_ints(
+    if study.dataset_sizes:  # each dataset's own N_t list
+        listed = sorted({n for ns in study.dataset_sizes.values() for n in ns})
+        sizes = _ints(
+            args.sizes,
+            "--sizes",
+            lambda n: n == 0 or n in listed,
+            f"give 0 (each dataset's whole split) or N_t of the plan {listed}",
+        )
+    else:
+        sizes = _ints(
             args.sizes,
             "--sizes",
             lambda n: n == 0 or (10 <= n < n_all and n % 10 == 0),
             f"give 0 (all {n_all}) or multiples of 10 in 10..{n_all - 9} (class-balanced)",
-        ),
+        )
+    opts = Options(
+        stage=args.stage,
+        datasets=_names(args.datasets, study.datasets, "--datasets"),
+        families=_names(args.families, tuple(study.families), "--families"),
+        sizes=sizes,
         seeds=_seeds(study, args.seeds),
-        rule=_rule(args),
+        rule=_rule(args, study),
         runs_dir=os.path.abspath(args.runs_dir),
         record=os.path.abspath(args.record),
         seeds_in_one=args.seeds_in_one,
@@ -175,7 +215,8 @@ def options(study, args):
     if args.command == "run":
         out = os.path.dirname(opts.record) if args.out is None else args.out
         opts.out = os.path.abspath(out) if out else None
-        opts.test, opts.holm_family = args.test, args.holm_family
+        opts.test = getattr(args, "test", "t")
+        opts.holm_family = getattr(args, "holm_family", "all")
         opts.budget_minutes, opts.platform = args.budget_minutes, args.platform
         opts.parallel, opts.runs_per_gpu, opts.commit = (
             args.parallel,
@@ -195,9 +236,11 @@ def _seeds(study, text: str) -> tuple[int, ...]:
     return _ints(text, "--seeds", lambda s: 0 <= s <= top, f"give realisations 0..{top}")
 
 
-def _rule(args):
+def _rule(args, study):
     from launch.studies.plan import Rule
 
+    if not hasattr(args, "min_steps"):  # every family trains its own recipe
+        return study.main_rule
     for name in ("min_steps", "min_epochs", "batch_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name}={getattr(args, name)} is invalid: it must be >= 1")
@@ -206,10 +249,24 @@ def _rule(args):
     return Rule(args.min_steps, args.min_epochs, args.batch_size, args.width_divisor)
 
 
+def _with_data_paths(study, module, text: str):
+    """``study`` with the IDX folders of ``--data_path NAME=DIR,...``."""
+    paths = {}
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        name, eq, where = item.partition("=")
+        if not eq or not where or name not in study.datasets:
+            raise ValueError(
+                f"--data_path: {item!r} is invalid: give NAME=DIR with NAME in "
+                f"{list(study.datasets)}"
+            )
+        paths[name] = where
+    return module.make_study(paths)
+
+
 def report_command(study, args) -> int:
     from launch.studies import record, report, run
 
-    rule, seeds = _rule(args), _seeds(study, args.seeds)
+    rule, seeds = _rule(args, study), _seeds(study, args.seeds)
     rows_path = os.path.abspath(args.record)
     if not os.path.isfile(rows_path):
         raise ValueError(f"--record={args.record!r} is invalid: no such file")
@@ -219,8 +276,9 @@ def report_command(study, args) -> int:
         print(f"study: {new} run(s) landed from {args.runs_dir}", flush=True)
         rows = record.read(rows_path)
     out = os.path.abspath(args.out or os.path.dirname(rows_path))
+    test, holm_family = getattr(args, "test", "t"), getattr(args, "holm_family", "all")
     written = report.write_report(
-        study, rows, out, rule, seeds, args.test, args.holm_family, not args.no_figures
+        study, rows, out, rule, seeds, test, holm_family, not args.no_figures
     )
     if args.curves:
         written += report.write_curves(study, rows, os.path.abspath(args.curves), rule)
@@ -262,11 +320,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"invjax: error: study {got} is invalid: choose from {list(STUDIES)}", file=sys.stderr
         )
         return 2
-    study = importlib.import_module(f"launch.studies.{argv[0]}").STUDY
-    args = parser(study).parse_args(argv[1:])
+    module = importlib.import_module(f"launch.studies.{argv[0]}")
+    study = module.STUDY
+    args = parser(study, module).parse_args(argv[1:])
     from launch.studies import record, run
 
+    if args.command in getattr(module, "COMMANDS", ()):
+        try:
+            return module.command(args)
+        except ValueError as e:  # refused before any work
+            print(f"invjax: error: {e}", file=sys.stderr)
+            return 2
+        except Exception as e:
+            print(f"invjax: error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
     try:
+        if getattr(args, "data_path", ""):
+            study = _with_data_paths(study, module, args.data_path)
         if args.command == "report":
             return report_command(study, args)
         if args.command == "pilot":

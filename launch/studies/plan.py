@@ -12,6 +12,11 @@ sizes N_t and realisations, and the rules (:class:`Rule`). From it and the recor
   hyperparameters and the length of :func:`schedule`;
 * the finished main runs of a rule, grouped for the claims (:func:`main_errors`).
 
+A study may instead fix its design per dataset and family (the real-image study,
+:data:`launch.studies.realimages.STUDY`): each dataset its own N_t list and split size, each
+family its own recipe (:attr:`Family.rule`) and config argument, families trained with their
+published hyperparameters (``tune='none'``), and claims registered at one (dataset, N_t) each.
+
 Run paths: ``tune/DATASET/FAMILY/<candidate>`` and ``main/DATASET/FAMILY/<label>/seed_<k>``,
 ``<label>`` from :func:`run_label` (``n<N_t>``, ``nall`` for the whole split, with the rule's
 :meth:`Rule.tag` where it trains the point otherwise than the study's first rule).
@@ -28,6 +33,29 @@ from launch import sweep
 
 
 @dataclasses.dataclass(frozen=True)
+class Rule:
+    """The training-length rule and the shared settings of every network run."""
+
+    min_steps: int = 600
+    min_epochs: int = 60
+    batch_size: int = 64
+    width_divisor: float = 2.0
+    # x0.1 after these fractions of the epochs (``()``: once, after two thirds)
+    decay_at: tuple[float, ...] = ()
+    # validation every this many epochs (0: ten times a run, ``max(1, E // 10)``)
+    eval_every: int = 0
+
+    def tag(self, first: Rule) -> str:
+        """The length fields that differ from ``first``, e.g. ``'e300'`` (``''``: none)."""
+        short = {"min_steps": "s", "min_epochs": "e", "batch_size": "b", "width_divisor": "w"}
+        return "".join(
+            f"{short[f]}{getattr(self, f):g}"
+            for f in short
+            if getattr(self, f) != getattr(first, f)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Family:
     """One row of a study.
 
@@ -35,7 +63,10 @@ class Family:
     weight decay), ``'head'`` (the grid on phase 2's, streams from :attr:`streams`' choices) or
     ``'inherit'`` (:attr:`hp_from`'s choice, no tuning of its own). ``streams``: slot -> the
     family whose choice trains that stream. ``steps_factor``: the training length x this.
-    ``datasets``: where it runs.
+    ``datasets``: where it runs. ``tune='none'``: the config's own hyperparameters (a
+    published recipe, not tuned). ``rule``: the family's own fixed recipe (then the study's
+    rule, and the command line's rule options, do not apply to it). ``variants``: dataset ->
+    the config's argument on that dataset (``configs/STEM.py:ARG``).
     """
 
     stem: str | None
@@ -45,25 +76,13 @@ class Family:
     streams: tuple[tuple[str, str], ...] = ()
     hp_from: str | None = None
     steps_factor: float = 1.0
+    rule: Rule | None = None
+    variants: dict = dataclasses.field(default_factory=dict)
 
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """The training-length rule and the shared settings of every network run."""
-
-    min_steps: int = 600
-    min_epochs: int = 60
-    batch_size: int = 64
-    width_divisor: float = 2.0
-
-    def tag(self, first: Rule) -> str:
-        """The fields that differ from ``first``, e.g. ``'e300'`` (``''``: none)."""
-        short = {"min_steps": "s", "min_epochs": "e", "batch_size": "b", "width_divisor": "w"}
-        return "".join(
-            f"{short[f.name]}{getattr(self, f.name):g}"
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != getattr(first, f.name)
-        )
+    def config(self, dataset: str) -> str | None:
+        """The config of its runs on ``dataset``: ``stem`` or ``stem:ARG``."""
+        arg = self.variants.get(dataset)
+        return f"{self.stem}:{arg}" if arg and self.stem else self.stem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +94,15 @@ class Study:
     the study started with (its runs' directories are named by N_t alone); ``main_rule``: the
     main runs' rule; the tuning runs keep ``first_rule``'s ``tune_rule_fields``. ``wrn_stems``
     take ``model.width_divisor``; ``mono_stem`` prunes at :func:`prune_epochs`.
+
+    A study whose datasets differ in size (the real-image study) gives per dataset its training
+    split's size (``dataset_n_all``) and its N_t (``dataset_sizes``, explicit numbers, the
+    whole split among them), ``data.*`` overrides (``dataset_overrides``), tunes at
+    ``tune_n_train`` images of the 80:20 split (0: all of it) over absolute learning rates
+    ``lr_values`` (else ``lr_factors`` x the config's), and states its claims before its runs
+    (``registered``: objects with ``id``, ``dataset``, ``n_train``, ``better`` and ``worse``,
+    each judged at its one (dataset, N_t); ``worse='best_stream'``: the family of
+    ``best_stream`` with the lowest mean validation error there).
     """
 
     name: str
@@ -96,22 +124,56 @@ class Study:
     wrn_stems: tuple[str, ...] = ()
     mono_stem: str | None = None
     anchors: tuple[str, ...] = ()
+    dataset_n_all: dict = dataclasses.field(default_factory=dict)
+    dataset_sizes: dict = dataclasses.field(default_factory=dict)
+    dataset_overrides: dict = dataclasses.field(default_factory=dict)
+    tune_n_train: int = 0
+    lr_values: tuple[float, ...] = ()
+    registered: tuple = ()
+    best_stream: tuple[str, ...] = ()
+    paper: dict = dataclasses.field(default_factory=dict)  # family -> published (mean, std) %
 
     @property
     def n_tune(self) -> int:
+        if self.tune_n_train:
+            return self.tune_n_train
         return self.n_all - round(self.n_all * self.val_fraction)
+
+    def n_all_of(self, dataset: str | None) -> int:
+        """The training split's size on ``dataset``."""
+        return self.dataset_n_all.get(dataset, self.n_all)
+
+    def sizes_of(self, dataset: str, sizes: Sequence[int]) -> list[int]:
+        """The ``data.n_train`` values (0 = the whole split) of ``sizes`` planned on
+        ``dataset``: all of them, or with ``dataset_sizes`` those in its list (0 and the split's
+        size both mean the whole split)."""
+        if dataset not in self.dataset_sizes:
+            return list(sizes)
+        n_all, mine = self.n_all_of(dataset), self.dataset_sizes[dataset]
+        out = [0 if n in (0, n_all) else n for n in sizes if n == 0 or n in mine]
+        return list(dict.fromkeys(out))
 
 
 # ----------------------------------------------------------------------------- training length
+
+
+def boundaries(epochs: int, rule: Rule) -> tuple[int, ...]:
+    """The epochs after which the learning rate falls x0.1: ``round(f E)`` for each fraction
+    ``f`` of ``rule.decay_at`` (kept inside ``[1, E - 1]`` and increasing), or one decay after
+    ``round(2E/3)`` where the rule names none."""
+    if not rule.decay_at:
+        return (min(max(1, round(2 * epochs / 3)), epochs - 1),)
+    return tuple(dict.fromkeys(min(max(1, round(f * epochs)), epochs - 1) for f in rule.decay_at))
 
 
 def schedule(n_train: int, rule: Rule, n_all: int, factor: float = 1.0) -> dict:
     """``train.*`` overrides of one run with ``n_train`` images (0 = all ``n_all``).
 
     ``E = ceil(factor * max(min_epochs, ceil(min_steps / ceil(N / B))))`` epochs (an epoch has
-    ``ceil(N / B)`` batches of ``min(B, N)``), one x0.1 decay after ``round(2E/3)``, the
-    held-out / validation split evaluated and a checkpoint saved every ``max(1, E // 10)`` epochs
-    (the evaluation is watched only), the last epoch reported.
+    ``ceil(N / B)`` batches of ``min(B, N)``), x0.1 decays after :func:`boundaries`, the
+    held-out / validation split evaluated every ``rule.eval_every`` (default ``max(1, E //
+    10)``) epochs and a checkpoint saved every ``max(1, E // 10)`` epochs (the evaluation is
+    watched only), the last epoch reported.
     """
     n = n_train or n_all
     per_epoch = math.ceil(n / rule.batch_size)
@@ -120,8 +182,8 @@ def schedule(n_train: int, rule: Rule, n_all: int, factor: float = 1.0) -> dict:
         # a training set smaller than a batch is one batch (invjax refuses a larger batch)
         "batch_size": min(rule.batch_size, n),
         "num_epochs": epochs,
-        "lr_boundaries": (min(max(1, round(2 * epochs / 3)), epochs - 1),),
-        "eval_every_epochs": max(1, epochs // 10),
+        "lr_boundaries": boundaries(epochs, rule),
+        "eval_every_epochs": rule.eval_every or max(1, epochs // 10),
         # a save every 10% of the run (and at its end, and on SIGTERM): at N_t = 20 a save per
         # epoch is a save per step (docs/many_models.md's profile: 45% of the steps' time)
         "checkpoint_every_epochs": max(1, epochs // 10),
@@ -135,8 +197,8 @@ def head_schedule(n_train: int, rule: Rule, n_all: int) -> dict:
     epochs = max(2, math.ceil(s["num_epochs"] / 4))
     return s | {
         "num_epochs": epochs,
-        "lr_boundaries": (min(max(1, round(2 * epochs / 3)), epochs - 1),),
-        "eval_every_epochs": max(1, epochs // 10),
+        "lr_boundaries": boundaries(epochs, rule),
+        "eval_every_epochs": min(rule.eval_every, epochs) or max(1, epochs // 10),
         "checkpoint_every_epochs": max(1, epochs // 10),
     }
 
@@ -176,16 +238,20 @@ def run_label(study: Study, n_train: int, rule: Rule | None = None) -> str:
 
 def family_label(study: Study, family: str, n_train: int, rule: Rule) -> str:
     """:func:`run_label` of ``family``'s runs: the SVM has no epochs, so every rule fits it as
-    the first rule did and its runs keep their directories."""
+    the first rule did and its runs keep their directories; a family with its own fixed
+    recipe (:attr:`Family.rule`) trains every point one way: ``n<N_t>`` (``nall``)."""
     fam = study.families[family]
+    if fam.rule is not None:
+        return f"n{n_train}" if n_train else "nall"
     return run_label(study, n_train, rule if fam.stem is not None else study.first_rule)
 
 
-def parse_label(study: Study, label: str) -> int | None:
-    """N_t of a :func:`run_label` (``n_all`` for ``nall``, ``nall_e300``), None for others."""
+def parse_label(study: Study, label: str, dataset: str | None = None) -> int | None:
+    """N_t of a :func:`run_label` (the split's size on ``dataset`` for ``nall``,
+    ``nall_e300``), None for others."""
     size = label.partition("_")[0]
     if size == "nall":
-        return study.n_all
+        return study.n_all_of(dataset)
     if size[:1] == "n" and size[1:].isdigit():
         return int(size[1:])
     return None
@@ -199,24 +265,31 @@ def _fmt_num(x: float) -> str:
 
 
 def candidates(study: Study, family: str) -> list[tuple[str, dict]]:
-    """The tuning candidates ``[(label, HPs)]`` of a family that tunes (the same six for all)."""
+    """The tuning candidates ``[(label, HPs)]`` of a family that tunes (the same six for all):
+    ``study.lr_values``, else ``study.lr_factors`` x the config's learning rate, each with every
+    weight decay of ``study.weight_decays``."""
     fam = study.families[family]
     if fam.stem is None:
         return [(f"C{c:g}_g{g:g}", {"svm_C": c, "svm_gamma": g}) for c, g in study.svm_grid]
-    base = sweep.load_config(fam.stem, fam.overrides).train.learning_rate
+    if study.lr_values:
+        lrs = [float(_fmt_num(v)) for v in study.lr_values]
+    else:
+        base = sweep.load_config(fam.stem, fam.overrides).train.learning_rate
+        lrs = [float(_fmt_num(base * f)) for f in study.lr_factors]
     out = []
-    for f in study.lr_factors:
+    for lr in lrs:
         for wd in study.weight_decays:
-            lr = float(_fmt_num(base * f))
             out.append((f"lr{_fmt_num(lr)}_wd{wd:.0e}", {"learning_rate": lr, "weight_decay": wd}))
     return out
 
 
 def data_overrides(study: Study, dataset: str, n_train: int, seed: int, tune: bool) -> dict:
     """The ``data.*`` and ``seed`` overrides of a run: realisation = seed for the main runs;
-    the tuning runs on ``tune_realisation``'s 80:20 split of the training split."""
+    the tuning runs on ``tune_realisation``'s 80:20 split of the training split (``n_train``
+    of its 80 %); the dataset's own ``study.dataset_overrides`` in between."""
     d = {"data.name": dataset, "data.n_train": n_train, "seed": seed}
     d["data.realisation"] = study.tune_realisation if tune else seed
+    d |= study.dataset_overrides.get(dataset, {})
     if tune:
         d |= {"data.val_source": "train", "data.val_fraction": study.val_fraction}
     return d
@@ -241,25 +314,34 @@ def network_overrides(
 
     ``hps``: family -> ``{'learning_rate', 'weight_decay'}`` chosen (for the multi-stream
     families also their streams' families); the tuning stage passes the candidate under
-    ``family`` itself. A tuning run trains for :func:`tune_rule`'s length whatever ``rule``.
+    ``family`` itself. A tuning run trains for :func:`tune_rule`'s length whatever ``rule``;
+    a family with its own recipe (:attr:`Family.rule`) for that recipe's, and a family that
+    is not tuned (``tune='none'``) with its config's hyperparameters.
     """
     fam = study.families[family]
     n_eff = study.n_tune if tune else n_train
-    rule = tune_rule(study, rule) if tune else rule
+    n_all = study.n_all_of(dataset)
+
+    def rule_of(f: Family) -> Rule:
+        r = f.rule or rule
+        return tune_rule(study, r) if tune else r
+
     ov = data_overrides(study, dataset, n_train, seed, tune) | dict(fam.overrides)
-    own = hps[fam.hp_from or family]
+    own = {} if fam.tune == "none" else hps[fam.hp_from or family]
     if fam.streams:
         config = sweep.load_config(fam.stem, {})
         for slot, slot_family in fam.streams:
             for k, v in _model_overrides(study, slot_family).items():
                 ov[f"model.streams.{slot}.{k.removeprefix('model.')}"] = v
             star = float(config.model.streams[slot].get("width_divisor", 1.0) or 1.0)
-            ov[f"model.streams.{slot}.width_divisor"] = star * rule.width_divisor
-            train = schedule(n_eff, rule, study.n_all) | hps[slot_family]
+            slot_rule = rule_of(study.families[slot_family])
+            ov[f"model.streams.{slot}.width_divisor"] = star * slot_rule.width_divisor
+            train = schedule(n_eff, slot_rule, n_all) | hps[slot_family]
             ov.update({f"phase1.{slot}.train.{k}": v for k, v in train.items()})
-        train = head_schedule(n_eff, rule, study.n_all) | own
+        train = head_schedule(n_eff, rule_of(fam), n_all) | own
     else:
-        train = schedule(n_eff, rule, study.n_all, fam.steps_factor) | own
+        rule = rule_of(fam)
+        train = schedule(n_eff, rule, n_all, fam.steps_factor) | own
         if fam.stem in study.wrn_stems:
             ov["model.width_divisor"] = rule.width_divisor
         if fam.stem == study.mono_stem:
@@ -271,7 +353,8 @@ def network_overrides(
 
 def make_run(study: Study, family: str, workdir: str, ov: dict, point: tuple) -> sweep.Run:
     fam = study.families[family]
-    return sweep.Run(family, fam.stem, ov, point, workdir, bool(fam.streams))
+    dataset = ov.get("data.name")
+    return sweep.Run(family, fam.config(dataset), ov, point, workdir, bool(fam.streams))
 
 
 # ----------------------------------------------------------------------------- choices
@@ -310,7 +393,7 @@ def chosen_hps(study: Study, rows: dict, dataset: str) -> dict:
     """family -> :func:`choose` for every tuning family of ``dataset`` that finished."""
     out = {}
     for family, fam in study.families.items():
-        if fam.tune == "inherit" or dataset not in fam.datasets:
+        if fam.tune in ("inherit", "none") or dataset not in fam.datasets:
             continue
         c = choose(study, tuning_results(study, rows, dataset, family), family)
         if c is not None:
@@ -328,9 +411,9 @@ def main_errors(
     for r in sorted(rows, key=lambda r: r["run"].split("/")):
         if r["stage"] != "main" or r["family"] not in study.families:
             continue
-        n = parse_label(study, r["label"])
+        n = parse_label(study, r["label"], r["dataset"])
         if n is None or r["label"] != family_label(
-            study, r["family"], 0 if n == study.n_all else n, rule
+            study, r["family"], 0 if n == study.n_all_of(r["dataset"]) else n, rule
         ):
             continue
         if sizes is not None and n not in sizes:
@@ -358,7 +441,7 @@ def plan_tune(
     runs, svm, waiting = [], [], []
     for family in families:
         fam = study.families[family]
-        if dataset not in fam.datasets or fam.tune == "inherit":
+        if dataset not in fam.datasets or fam.tune in ("inherit", "none"):
             continue
         if fam.tune == "head" and not all(f in chosen for _, f in fam.streams):
             waiting.append(family)
@@ -368,18 +451,22 @@ def plan_tune(
         if fam.tune == "head":  # the chosen stream runs, so that phase 1 reuses them
             for _, f in fam.streams:
                 label = chosen[f]["label"]
-                ov = network_overrides(study, f, dataset, 0, 0, {f: chosen[f]["hps"]}, rule, True)
+                ov = network_overrides(
+                    study, f, dataset, study.tune_n_train, 0, {f: chosen[f]["hps"]}, rule, True
+                )
                 wd = os.path.join(runs_dir, "tune", dataset, f, label)
                 run = make_run(study, f, wd, ov, (dataset,))
                 if all(r.workdir != run.workdir for r in point):
                     point.append(run)
         for label, hp in candidates(study, family):
             workdir = os.path.join(base, label)
+            n_tune = study.tune_n_train
             if fam.stem is None:
-                svm.append(data_overrides(study, dataset, 0, 0, True) | hp | {"workdir": workdir})
+                data = data_overrides(study, dataset, n_tune, 0, True)
+                svm.append(data | hp | {"workdir": workdir})
                 continue
             hps = {family: hp} | {f: chosen[f]["hps"] for _, f in fam.streams}
-            ov = network_overrides(study, family, dataset, 0, 0, hps, rule, True)
+            ov = network_overrides(study, family, dataset, n_tune, 0, hps, rule, True)
             point.append(make_run(study, family, workdir, ov, (dataset, family)))
         if fam.tune == "head":
             sweep._share_streams(point, plan)
@@ -409,7 +496,8 @@ def plan_main(
 
     def need(f: str) -> set[str]:
         fam = study.families[f]
-        return {fam.hp_from or f} | {s for _, s in fam.streams}
+        own = set() if fam.tune == "none" else {fam.hp_from or f}
+        return own | {s for _, s in fam.streams}
 
     fams = [f for f in families if dataset in study.families[f].datasets]
     # A two-phase family's streams are planned with it (the finished ones are skipped), so that
@@ -423,7 +511,7 @@ def plan_main(
     fams = [f for f in fams if f not in missing]
     hps = {f: c["hps"] for f, c in chosen.items()}
     runs, svm = [], []
-    for n in sizes:
+    for n in study.sizes_of(dataset, sizes):
         for seed in seeds:
             point = []
             for family in fams:

