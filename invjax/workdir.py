@@ -195,6 +195,8 @@ def write_kind(path: str, kind: str, seeds=None, record: dict | None = None) -> 
     info = {"kind": kind, **({"seeds": [int(s) for s in seeds]} if seeds else {})}
     info.update({k: v for k, v in (record or {}).items() if k in ("config_file", "overrides")})
     target = os.path.join(path, KIND_FILE)
+    if _read(target) == json.loads(json.dumps(info, default=str)):
+        return  # a resumed or reused job leaves its folder's files as they were
     with open(target + ".tmp", "w") as f:
         json.dump(info, f, indent=2, default=str)
     os.replace(target + ".tmp", target)
