@@ -331,7 +331,8 @@ def part_pieces(args, peer):
     expanded kernel alone, forward and the gradient of ``sum(y^2)`` with respect to the kernel
     (invjax: :func:`invjax.ops.conv.conv2d`, i.e. ``lax.conv_general_dilated`` on XLA:CPU;
     e2cnn: ``torch.nn.functional.conv2d``, oneDNN), with its arithmetic rate: ``2 B H W Ci Co
-    k^2`` multiply-adds forward and as many for the kernel gradient.
+    k^2`` floating-point operations forward and as many for the kernel gradient; ``conv_fwd``:
+    its forward alone.
     """
     import jax
     import jax.numpy as jnp
@@ -367,6 +368,7 @@ def part_pieces(args, peer):
     shape = [args.batch, c, args.size, args.size]
     steps = {
         "expand": (jax.jit(jax.grad(lambda w: jnp.sum(expand(w) ** 2))), (params["weight"],)),
+        "conv_fwd": (jax.jit(lambda k, x: conv2d(x, k, 1, precision=layer.precision)), (kernel, x)),
         "conv": (jax.jit(jax.grad(conv_loss)), (kernel, x)),
         "layer": (jax.jit(jax.grad(layer_loss)), (params, x)),
     }
@@ -625,6 +627,7 @@ def report(args, res):
             r,
             [
                 ("kernel expansion, fwd+bwd", "expand_s"),
+                ("convolution, forward only", "conv_fwd_s"),
                 ("convolution, fwd + kernel gradient", "conv_s"),
                 (f"the layer, fwd+bwd (median of {args.repeats})", "layer_s"),
             ],

@@ -244,11 +244,12 @@ class Peer:
         batch of ``fwd_bwd``: ``expand``, the basis expansion alone (R2Conv's ``basisexpansion``,
         run in training mode on every step, then the gradient of ``sum(filter^2)``); ``conv``,
         the convolution alone (``torch.nn.functional.conv2d`` with the expanded filter as a
-        fixed leaf tensor: forward, then the filter's gradient of ``sum(y^2)``)."""
+        fixed leaf tensor: forward, then the filter's gradient of ``sum(y^2)``); ``conv_fwd``, its
+        forward alone (no gradient)."""
         torch = self.torch
         dev = self._device(req)
         conv = self.module
-        if req["piece"] == "conv" and getattr(self, "_filter", None) is None:
+        if req["piece"] in ("conv", "conv_fwd") and getattr(self, "_filter", None) is None:
             with torch.no_grad():
                 k = conv.kernel_size
                 f = conv.basisexpansion(conv.weights)
@@ -265,12 +266,15 @@ class Peer:
         t = time.perf_counter()
         if req["piece"] == "expand":
             (conv.basisexpansion(conv.weights) ** 2).sum().backward()
+        elif req["piece"] == "conv_fwd":
+            with torch.no_grad():
+                torch.nn.functional.conv2d(self.x, self._filter, padding=conv.padding)
         elif req["piece"] == "conv":
             self._filter.grad = None
             y = torch.nn.functional.conv2d(self.x, self._filter, padding=conv.padding)
             (y**2).sum().backward()
         else:
-            raise ValueError(f"piece={req['piece']!r}: choose expand or conv")
+            raise ValueError(f"piece={req['piece']!r}: choose expand, conv_fwd or conv")
         if dev == "cuda":
             torch.cuda.synchronize()
         return {"seconds": time.perf_counter() - t}
