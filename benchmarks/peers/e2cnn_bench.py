@@ -358,6 +358,10 @@ def part_pieces(args, peer):
         return ops.expand_regular(w, phi, g, layer.precision)
 
     kernel = jax.jit(expand)(params["weight"])
+    # The pieces are the layer's: its output is the convolution of the expanded kernel.
+    y_layer = layer.apply({"params": params}, x)
+    y_pieces = conv2d(x, kernel, 1, precision=layer.precision)
+    match = float(jnp.linalg.norm(y_pieces - y_layer) / jnp.linalg.norm(y_layer))
 
     def conv_loss(k, x):
         return jnp.sum(conv2d(x, k, 1, precision=layer.precision) ** 2)
@@ -382,6 +386,7 @@ def part_pieces(args, peer):
     for side in ("invjax", "e2cnn"):
         s = out[side]["conv_s"]
         out[side]["conv_gflops"] = None if s is None else flops / s / 1e9
+    out["invjax"]["pieces_vs_layer_rel_error"] = match
     out["errors"] = sorted(set(errors))
     return out
 
