@@ -282,3 +282,30 @@ def test_downsampling_rules_on_an_even_grid(photo32):
     assert errs["strided"] > 0.05
     with pytest.raises(ValueError, match="downsample='pool' is unknown"):
         conv(x, k, 2, downsample="pool")
+
+
+def test_peer_benchmark_pieces_are_the_layers_pieces(capsys):
+    """``benchmarks/peers/e2cnn_bench.py --parts pieces`` times the kernel expansion and the
+    convolution of the D8 layer apart; the convolution of the expanded kernel it times
+    reproduces the layer's output, and each piece is timed (the peer side is not run here)."""
+    import importlib.util
+    import os
+
+    script = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        "benchmarks",
+        "peers",
+        "e2cnn_bench.py",
+    )
+    spec = importlib.util.spec_from_file_location("e2cnn_bench_pieces", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tiny = ["--no-peer", "--fields", "2", "--size", "9", "--batch", "2", "--repeats", "1"]
+    res = bench.main([*tiny, "--parts", "pieces"])["pieces"]
+    inv = res["invjax"]
+    assert inv["pieces_vs_layer_rel_error"] < 1e-6
+    assert all(inv[k] > 0 for k in ("expand_s", "conv_fwd_s", "conv_s", "layer_s"))
+    # 2 * B H W Ci Co k^2 operations forward and as many for the kernel gradient.
+    assert inv["conv_gflops"] == pytest.approx(2 * 2 * 2 * 81 * 32 * 32 * 25 / inv["conv_s"] / 1e9)
+    assert res["e2cnn"]["conv_s"] is None  # the peer was not run, and says so
+    assert "Where the D8 layer's time goes" in capsys.readouterr().out

@@ -4,7 +4,7 @@
     python3 benchmarks/peers/e2cnn_bench.py --peer-python .venv-peers/bin/python [--json FILE]
     python3 benchmarks/peers/e2cnn_bench.py --no-peer --fields 2 --size 9 ...   # invjax side only
 
-Three parts (``--parts layer,wrn,equivariance``):
+Four parts (``--parts layer,pieces,wrn,equivariance``; all but ``pieces`` by default):
 
 * ``layer``: one D8 group convolution on 40 regular fields in and out, kernel 5, on ``--batch``
   random ``--size`` x ``--size`` maps: invjax ``E2Conv(40, 'D8', 5)`` against e2cnn ``R2Conv`` on
@@ -14,6 +14,9 @@ Three parts (``--parts layer,wrn,equivariance``):
   cache cleared on both sides. Forward+backward = the gradient of ``sum(y^2)`` with respect to
   the parameters: median of ``--repeats`` alternating single steps (invjax jitted; its first
   call, which compiles, and torch's first call are reported apart).
+* ``pieces``: where the ``layer`` part's forward+backward goes, each piece alone on both sides:
+  the kernel expansion (coefficients -> expanded kernel, and its gradient) and the convolution
+  of the expanded kernel (forward and kernel gradient, with its GFLOP/s), beside the layer.
 * ``wrn``: the E(2)-WRN16-4 of ``--wrn-config`` (``configs/svhn_e2.py``: whatever invjax's
   config says at run time, basis settings and widths included) against a re-creation of
   e2cnn_experiments' ``Wide_ResNet(16, 4, 0.3, N=8, r=-1, f=True)`` in e2cnn's API
@@ -54,7 +57,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 # Measure the invjax of this checkout, not whichever one is installed.
 sys.path.insert(0, str(REPO))
-PARTS = ("layer", "wrn", "equivariance")
+PARTS = ("layer", "pieces", "wrn", "equivariance")
+DEFAULT_PARTS = ("layer", "wrn", "equivariance")
 GROUP = "D8"
 KERNEL = 5
 PHOTO_SIZE, DISK_RADIUS = 65, 24.5
@@ -69,7 +73,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--peer-python", default=str(REPO / ".venv-peers" / "bin" / "python"))
     ap.add_argument("--no-peer", action="store_true", help="measure the invjax side only")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {PARTS}")
+    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma list of {PARTS}")
     ap.add_argument("--gpu", action="store_true", help="e2cnn on CUDA; default batch 64")
     ap.add_argument("--batch", type=int, default=None, help="default 16 (64 with --gpu)")
     ap.add_argument("--size", type=int, default=32)
@@ -247,14 +251,15 @@ def _seconds(ans, errors):
     return None
 
 
-def alternate_fwd_bwd(step, step_args, peer, peer_req, repeats, errors):
-    """First calls, then medians of alternating single forward+backward steps of both sides."""
+def alternate_fwd_bwd(step, step_args, peer, peer_req, repeats, errors, op="fwd_bwd"):
+    """First calls, then medians of alternating single forward+backward steps of both sides
+    (the peer's request ``op``)."""
     inv_first = timed(step, *step_args)
-    peer_first = _seconds(peer("fwd_bwd", **peer_req), errors)
+    peer_first = _seconds(peer(op, **peer_req), errors)
     inv_t, peer_t = [], []
     for _ in range(repeats):
         inv_t.append(timed(step, *step_args))
-        peer_t.append(_seconds(peer("fwd_bwd", **peer_req), errors) if peer_first else None)
+        peer_t.append(_seconds(peer(op, **peer_req), errors) if peer_first else None)
     return (inv_first, _median(inv_t)), (peer_first, _median(peer_t))
 
 
@@ -314,6 +319,76 @@ def part_layer(args, peer):
         },
         "errors": sorted(set(errors)),
     }
+
+
+def part_pieces(args, peer):
+    """Where the D8 layer's forward+backward goes: the layer of ``part_layer``, and apart from
+    it its two pieces, each side measured the same way (alternating single steps, medians).
+
+    ``expand``: the kernel expansion alone, forward and the gradient of ``sum(K^2)`` with respect
+    to the coefficients (invjax: :func:`invjax.ops.e2.expand_regular`, jitted; e2cnn: R2Conv's
+    ``basisexpansion``, which training mode runs on every step). ``conv``: the convolution of the
+    expanded kernel alone, forward and the gradient of ``sum(y^2)`` with respect to the kernel
+    (invjax: :func:`invjax.ops.conv.conv2d`, i.e. ``lax.conv_general_dilated`` on XLA:CPU;
+    e2cnn: ``torch.nn.functional.conv2d``, oneDNN), with its arithmetic rate: ``2 B H W Ci Co
+    k^2`` floating-point operations forward and as many for the kernel gradient; ``conv_fwd``:
+    its forward alone.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from invjax.layers.e2 import E2Conv
+    from invjax.ops import e2 as ops
+    from invjax.ops.conv import conv2d
+
+    kw = basis_kwargs(E2Conv, args.basis)
+    c = args.fields * 16
+    x = jax.random.normal(jax.random.PRNGKey(0), (args.batch, args.size, args.size, c))
+    layer = E2Conv(args.fields, GROUP, KERNEL, **kw)
+    params = layer.init(jax.random.PRNGKey(0), x[:1])["params"]
+    errors = []
+    ans = peer(
+        "build_layer", seed=0, fields=args.fields, kernel=KERNEL, basis=args.basis, gpu=args.gpu
+    )
+    _seconds(ans, errors)
+    g = layer.group
+    phi = layer.basis(g)
+
+    def expand(w):
+        return ops.expand_regular(w, phi, g, layer.precision)
+
+    kernel = jax.jit(expand)(params["weight"])
+    # The pieces are the layer's: its output is the convolution of the expanded kernel.
+    y_layer = layer.apply({"params": params}, x)
+    y_pieces = conv2d(x, kernel, 1, precision=layer.precision)
+    match = float(jnp.linalg.norm(y_pieces - y_layer) / jnp.linalg.norm(y_layer))
+
+    def conv_loss(k, x):
+        return jnp.sum(conv2d(x, k, 1, precision=layer.precision) ** 2)
+
+    def layer_loss(p, x):
+        return jnp.sum(layer.apply({"params": p}, x) ** 2)
+
+    shape = [args.batch, c, args.size, args.size]
+    steps = {
+        "expand": (jax.jit(jax.grad(lambda w: jnp.sum(expand(w) ** 2))), (params["weight"],)),
+        "conv_fwd": (jax.jit(lambda k, x: conv2d(x, k, 1, precision=layer.precision)), (kernel, x)),
+        "conv": (jax.jit(jax.grad(conv_loss)), (kernel, x)),
+        "layer": (jax.jit(jax.grad(layer_loss)), (params, x)),
+    }
+    out = {"invjax": {}, "e2cnn": {}}
+    for name, (step, step_args) in steps.items():
+        req = {"shape": shape, "gpu": args.gpu} | ({} if name == "layer" else {"piece": name})
+        op = "fwd_bwd" if name == "layer" else "piece"
+        inv, pe = alternate_fwd_bwd(step, step_args, peer, req, args.repeats, errors, op)
+        out["invjax"][name + "_s"], out["e2cnn"][name + "_s"] = inv[1], pe[1]
+    flops = 2 * 2 * args.batch * args.size**2 * c * c * KERNEL**2
+    for side in ("invjax", "e2cnn"):
+        s = out[side]["conv_s"]
+        out[side]["conv_gflops"] = None if s is None else flops / s / 1e9
+    out["invjax"]["pieces_vs_layer_rel_error"] = match
+    out["errors"] = sorted(set(errors))
+    return out
 
 
 def part_wrn(args, peer):
@@ -546,6 +621,22 @@ def report(args, res):
                 (f"forward+backward (median of {args.repeats})", "fwd_bwd_s"),
             ],
         )
+    if "pieces" in res:
+        r = res["pieces"]
+        rate = lambda side: (
+            "-" if r[side]["conv_gflops"] is None else f"{r[side]['conv_gflops']:.1f}"
+        )
+        print_timings(
+            f"Where the D8 layer's time goes ({args.fields} fields, kernel {KERNEL}, basis "
+            f"{args.basis}); convolution GFLOP/s invjax {rate('invjax')} / e2cnn {rate('e2cnn')}",
+            r,
+            [
+                ("kernel expansion, fwd+bwd", "expand_s"),
+                ("convolution, forward only", "conv_fwd_s"),
+                ("convolution, fwd + kernel gradient", "conv_s"),
+                (f"the layer, fwd+bwd (median of {args.repeats})", "layer_s"),
+            ],
+        )
     if "wrn" in res:
         r = res["wrn"]
         i, e = r["invjax"], r["e2cnn"]
@@ -606,9 +697,12 @@ def main(argv=None):
         )
         res = {}
         for part in args.parts:
-            res[part] = {"layer": part_layer, "wrn": part_wrn, "equivariance": part_equivariance}[
-                part
-            ](args, peer)
+            res[part] = {
+                "layer": part_layer,
+                "pieces": part_pieces,
+                "wrn": part_wrn,
+                "equivariance": part_equivariance,
+            }[part](args, peer)
             report(args, {part: res[part]})
     finally:
         peer.close()

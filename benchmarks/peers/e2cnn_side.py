@@ -9,7 +9,8 @@ This file imports neither jax nor invjax (the peer's venv has neither).
 
 Operations: ``info``; ``build_layer`` / ``build_wrn`` (construction time, parameter and basis
 counts; the module is kept for the next ops); ``fwd_bwd`` (one timed forward+backward of the kept
-module on a batch of random images); ``equivariance`` (a lifting conv followed by the D8 group
+module on a batch of random images); ``piece`` (the same for the basis expansion or the
+convolution of a kept layer alone); ``equivariance`` (a lifting conv followed by the D8 group
 conv, evaluated on the photos in a ``.npy`` file; outputs written back as NHWC ``.npy``).
 
 The E(2)-WRN16-4 is re-created here from the facts of e2cnn_experiments' ``Wide_ResNet(16, 4,
@@ -182,6 +183,7 @@ class Peer:
         seconds = time.perf_counter() - t
         self.module = conv.to(self._device(req))
         self.input_type = ft
+        self._filter = None
         return {
             "seconds": seconds,
             "params": sum(p.numel() for p in conv.parameters()),
@@ -233,6 +235,46 @@ class Peer:
         y = self.module(x)
         y = y.tensor if hasattr(y, "tensor") else y
         (y**2).sum().backward()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        return {"seconds": time.perf_counter() - t}
+
+    def piece(self, req):
+        """One timed forward+backward of a piece of the kept layer (``build_layer`` first), on the
+        batch of ``fwd_bwd``: ``expand``, the basis expansion alone (R2Conv's ``basisexpansion``,
+        run in training mode on every step, then the gradient of ``sum(filter^2)``); ``conv``,
+        the convolution alone (``torch.nn.functional.conv2d`` with the expanded filter as a
+        fixed leaf tensor: forward, then the filter's gradient of ``sum(y^2)``); ``conv_fwd``, its
+        forward alone (no gradient)."""
+        torch = self.torch
+        dev = self._device(req)
+        conv = self.module
+        if req["piece"] in ("conv", "conv_fwd") and getattr(self, "_filter", None) is None:
+            with torch.no_grad():
+                k = conv.kernel_size
+                f = conv.basisexpansion(conv.weights)
+                f = f.reshape(f.shape[0], f.shape[1], k, k).contiguous()
+            self._filter = f.requires_grad_(True)
+        shape = tuple(req["shape"])
+        if self.x is None or tuple(self.x.shape) != shape:
+            g = torch.Generator().manual_seed(0)
+            self.x = torch.randn(*shape, generator=g).to(dev)
+        conv.train()
+        conv.zero_grad(set_to_none=True)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        if req["piece"] == "expand":
+            (conv.basisexpansion(conv.weights) ** 2).sum().backward()
+        elif req["piece"] == "conv_fwd":
+            with torch.no_grad():
+                torch.nn.functional.conv2d(self.x, self._filter, padding=conv.padding)
+        elif req["piece"] == "conv":
+            self._filter.grad = None
+            y = torch.nn.functional.conv2d(self.x, self._filter, padding=conv.padding)
+            (y**2).sum().backward()
+        else:
+            raise ValueError(f"piece={req['piece']!r}: choose expand, conv_fwd or conv")
         if dev == "cuda":
             torch.cuda.synchronize()
         return {"seconds": time.perf_counter() - t}
