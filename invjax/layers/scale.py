@@ -28,7 +28,7 @@ import numpy as np
 from invjax.bases import scale as scale_bases
 from invjax.groups import DEFAULT_SCALES
 from invjax.ops import scale as ops
-from invjax.ops.conv import conv2d, inference_kernel
+from invjax.ops.conv import conv2d, conv2d_fft, inference_kernel
 
 
 def _validate(layer: str, features, kernel_size, effective_size, scales, basis, stride):
@@ -84,7 +84,9 @@ def _expanded_arrays(layer: nn.Module, x, expand) -> dict:
 class ScaleLiftConv(nn.Module):
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, features]`` (SESN Z2 -> H).
 
-    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, one conv2d).
+    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, one conv2d, or one
+    product of spectra where ``lowering`` is ``'fft'``, or ``'auto'`` picks it for a large kernel
+    on CPU: :func:`invjax.ops.scale.choose_lowering`; speed only, the same results).
     """
 
     features: int
@@ -96,6 +98,7 @@ class ScaleLiftConv(nn.Module):
     use_bias: bool = False
     base_sigma: float | None = None  # Hermite only
     precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    lowering: str = "auto"  # invjax.ops.scale.LOWERINGS; 'fft' or a direct convolution
 
     @nn.compact
     def __call__(self, x):
@@ -110,10 +113,15 @@ class ScaleLiftConv(nn.Module):
         )
         if x.ndim != 4:
             raise ValueError(f"ScaleLiftConv: input shape {x.shape} is invalid: expected [B,H,W,C]")
+        if self.lowering not in ops.LOWERINGS:
+            raise ValueError(
+                f"ScaleLiftConv: lowering={self.lowering!r} is unknown: choose one of "
+                f"{ops.LOWERINGS}"
+            )
         psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
         cin = x.shape[-1]
         w = self.param("weight", he_coefficient_init(psi, cin), (cin, self.features, psi.shape[1]))
-        y = ops.scale_lift_conv(x, w, jnp.asarray(psi), self.stride, self.precision)
+        y = ops.scale_lift_conv(x, w, jnp.asarray(psi), self.stride, self.precision, self.lowering)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y
@@ -125,8 +133,16 @@ class ScaleLiftConv(nn.Module):
         return _expanded_arrays(self, x, ops.expand_lift_kernel)
 
     def inference_call(self, arrays, x):
-        """The layer from :meth:`inference_arrays`: one convolution, ``[B, H', W', S, features]``."""
-        y = conv2d(x, arrays["kernel"], self.stride, precision=self.precision)
+        """The layer from :meth:`inference_arrays`: one convolution, ``[B, H', W', S, features]``
+        (by FFT where the training form's lowering is ``'fft'``)."""
+        kern = arrays["kernel"]
+        lowering = ops.choose_lowering(
+            self.lowering, x.shape[1:3], kern.shape[0], None, self.stride, self.precision
+        )
+        if lowering == "fft":
+            y = conv2d_fft(x, kern)
+        else:
+            y = conv2d(x, kern, self.stride, precision=self.precision)
         y = y.reshape(y.shape[:3] + (len(self.scales), self.features))
         return y + arrays["bias"] if "bias" in arrays else y
 
