@@ -282,3 +282,53 @@ class ScaleBatchNorm(nn.Module):
         """``x * a + s`` (eval mode only)."""
         del train
         return (x.astype(jnp.float32) * arrays["scale"] + arrays["shift"]).astype(x.dtype)
+
+
+def lowering_choice(layer: nn.Module, x_shape) -> str:
+    """The lowering :class:`ScaleLiftConv` or :class:`ScaleConv` ``layer`` uses on an input of
+    ``x_shape`` (``[B, H, W, Cin]`` or ``[B, H, W, S, Cin]``) on this backend:
+    :func:`invjax.ops.scale.choose_lowering` with the layer's kernel, its basis' non-zero taps
+    (scale convolutions; the lift uses its full kernel), stride and precision."""
+    support = None
+    if isinstance(layer, ScaleConv):
+        sc = scale_bases.check_arguments(layer.kernel_size, layer.effective_size, layer.scales)[2]
+        psi = _basis(layer.basis, layer.kernel_size, layer.effective_size, sc, layer.base_sigma)
+        support = ops.kernel_support(psi)
+    elif not isinstance(layer, ScaleLiftConv):
+        raise ValueError(f"lowering_choice: {type(layer).__name__} is not a scale convolution")
+    return ops.choose_lowering(
+        layer.lowering,
+        tuple(x_shape[1:3]),
+        layer.kernel_size,
+        support,
+        layer.stride,
+        layer.precision,
+    )
+
+
+def describe_lowerings(model: nn.Module, x_shape, **call_kwargs) -> str:
+    """One line naming how each scale convolution of ``model`` is lowered on this backend for
+    inputs of ``x_shape`` (traced abstractly: ``jax.eval_shape`` of ``model.init``, no compute),
+    e.g. ``scale convolutions (cpu): conv1 lift 1->32 on 56x56 k15: fft; conv2 32->63 on 28x28
+    k15: fft``; ``""`` for a model without any. ``call_kwargs`` go to the model's ``__call__``
+    (e.g. ``train=False``)."""
+    found = []
+
+    def record(next_fun, args, kwargs, context):
+        layer = context.module
+        if context.method_name == "__call__" and isinstance(layer, ScaleLiftConv | ScaleConv):
+            x = args[0]
+            kind = "lift " if isinstance(layer, ScaleLiftConv) else ""
+            found.append(
+                f"{layer.name} {kind}{x.shape[-1]}->{layer.features} on "
+                f"{x.shape[1]}x{x.shape[2]} k{layer.kernel_size}"
+                f"{'' if layer.stride == 1 else ' stride 2'}: {lowering_choice(layer, x.shape)}"
+            )
+        return next_fun(*args, **kwargs)
+
+    x = jax.ShapeDtypeStruct(tuple(x_shape), jnp.float32)
+    with nn.intercept_methods(record):
+        jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x, **call_kwargs), x)
+    if not found:
+        return ""
+    return f"scale convolutions ({jax.default_backend()}): " + "; ".join(found)
