@@ -252,7 +252,7 @@ def test_fft_lowering_agrees_with_gradients_on_a_photo(config_name, size, scale_
     'per_scale' to float32 rounding on lifted features of the astronaut photo, also where the
     15 x 15 kernel is larger than the 12 x 12 map (every wrapped read of the circular
     correlation must land on zeros). Measured max difference relative to the largest entry:
-    up to 1.2e-6 (forward) and 1.6e-6 (gradients)."""
+    up to 1.1e-6 (forward) and 5.8e-7 (gradients)."""
     k, e, scales = {"mnist": MNIST, "wrn": WRN}[config_name]
     psi = B.disco_basis(k, e, scales)
     S = len(scales)
@@ -276,7 +276,7 @@ def test_fft_lowering_agrees_with_gradients_on_a_photo(config_name, size, scale_
 @pytest.mark.parametrize("h,w,k", [(9, 11, 15), (16, 16, 5), (7, 7, 3), (5, 6, 1)])
 def test_conv2d_fft_matches_conv2d(h, w, k):
     """The FFT correlation equals :func:`conv2d`'s 'SAME' one with gradients, for kernels larger
-    or smaller than the map (relative max differences measured up to 1e-6)."""
+    or smaller than the map (relative max differences measured 1.4e-7 to 5.1e-7)."""
     x = _rng_normal(11, (2, h, w, 3))
     kern = _rng_normal(12, (k, k, 3, 4))
     probe = _rng_normal(13, (2, h, w, 4))
@@ -306,6 +306,8 @@ def test_fft_length_covers_the_wrapped_reads():
 
 
 def test_lift_fft_matches_direct_with_gradients():
+    """The lift by FFT against its one direct convolution (measured: 5.0e-7 forward, 3.3e-7
+    gradients, relative to the largest entry); stride 2 is refused."""
     psi = jnp.asarray(B.disco_basis(*MNIST), jnp.float32)
     x = astronaut48()[:, :20, :20]
     w = _rng_normal(14, (3, 4, 49))
@@ -595,7 +597,8 @@ def test_lift_equivariance_mnist_basis():
 
 def test_lift_equivariance_mnist_basis_fft():
     """The same lift by FFT (``lowering='fft'``): the same errors, DISCO's integer scale still
-    exact to float32 rounding (the FFT's rounding is ~1e-6 relative, its square ~1e-12)."""
+    exact to float32 rounding (measured: 6.676e-3, 1.081e-2, 5.4e-14, equal to the direct
+    form's to 6 digits)."""
     d, d_all = _errors("mnist", "disco", None, "fft")
     ref, ref_all = _errors("mnist", "disco")
     assert d[3] < 1e-10
