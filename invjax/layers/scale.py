@@ -328,7 +328,8 @@ def describe_lowerings(model: nn.Module, x_shape, **call_kwargs) -> str:
 
     x = jax.ShapeDtypeStruct(tuple(x_shape), jnp.float32)
     with nn.intercept_methods(record):
-        jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x, **call_kwargs), x)
+        key = jax.random.PRNGKey(0)
+        jax.eval_shape(lambda x: model.init({"params": key, "dropout": key}, x, **call_kwargs), x)
     if not found:
         return ""
     return f"scale convolutions ({jax.default_backend()}): " + "; ".join(found)
