@@ -6,9 +6,10 @@ The layer of ``benchmarks/peers/e2cnn_bench.py``'s ``layer`` part: ``E2Conv(fiel
 on regular fields, gradient of ``sum(y^2)`` with respect to its parameters. Timed apart, in
 alternating rounds (medians): the whole step; the filter expansion alone (coefficients x basis
 -> the ``[5, 5, 16 Ci, 16 Co]`` kernel, and its transpose in the backward pass); the convolution
-alone (``conv2d`` with that kernel as the parameter: forward and weight gradient). Printed: each
-median, its share of the whole step, and the convolution's GFLOP/s
-(``2 B H W k^2 Cin Cout`` per pass, 2 passes).
+alone (``conv2d`` with that kernel as the parameter: forward and weight gradient); with
+``--fft`` also the same convolution by FFT (:func:`invjax.ops.conv.conv2d_fft`). Printed: each
+median, its share of the whole step, and the convolutions' GFLOP/s (``2 B H W k^2 Cin Cout``
+per pass, 2 passes; the FFT counted in the direct form's operations).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fft", action="store_true", help="also time the convolution by FFT")
     args = ap.parse_args(argv)
     for name in ("fields", "batch", "size", "repeats"):
         if getattr(args, name) < 1:
@@ -39,7 +41,7 @@ def main(argv=None) -> dict:
     import jax.numpy as jnp
 
     from invjax.layers.e2 import E2Conv
-    from invjax.ops.conv import conv2d
+    from invjax.ops.conv import conv2d, conv2d_fft
 
     c = 16 * args.fields
     x = jax.random.normal(jax.random.PRNGKey(0), (args.batch, args.size, args.size, c))
@@ -64,6 +66,9 @@ def main(argv=None) -> dict:
         "filter expansion": (jax.jit(jax.grad(expansion)), (params, probe)),
         "convolution": (jax.jit(jax.grad(convolution)), (kern, x)),
     }
+    if args.fft:
+        fft_conv = jax.jit(jax.grad(lambda k, x: jnp.sum(conv2d_fft(x, k) ** 2)))
+        steps["convolution, FFT"] = (fft_conv, (kern, x))
     times = {n: [] for n in steps}
     for step, a in steps.values():
         jax.block_until_ready(step(*a))  # compile
@@ -80,7 +85,7 @@ def main(argv=None) -> dict:
         f"{' '.join(f'{v:.1f}' for v in os.getloadavg())}; medians of {args.repeats}"
     )
     for n, s in med.items():
-        extra = f", {flops / s / 1e9:.0f} GFLOP/s" if n == "convolution" else ""
+        extra = f", {flops / s / 1e9:.0f} GFLOP/s" if n.startswith("convolution") else ""
         print(f"  {n:17s} {s * 1e3:9.1f} ms  {s / med['whole step']:5.2f} of the step{extra}")
     return {"median_s": med, "conv_flops": flops}
 
