@@ -152,28 +152,27 @@ def count(tree) -> int:
     return int(sum(x.size for x in jax.tree_util.tree_leaves(tree)))
 
 
-def mnist_model():
-    """The network of ``--config``'s model section (configs/mnist_disco.py)."""
+def mnist_model(config_path: str):
+    """The network of the model section of ``config_path`` (configs/mnist_disco.py)."""
     import importlib.util
 
     from invjax import models
 
-    spec = importlib.util.spec_from_file_location("_disco_bench_config", ARGS.config)
+    spec = importlib.util.spec_from_file_location("_disco_bench_config", config_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return models.build(module.get_config().model)
 
 
-def layer_step(case: str, lowering: str, batch: int):
+def layer_step(case: str, lowering: str, batch: int, config_path: str):
     """``(step, args, params, chosen)`` of one scale convolution of the network."""
     import jax
     import jax.numpy as jnp
 
     from invjax.layers import scale as sl
-    from invjax.models import mnist
 
     kind, cin, cout, size = LAYERS[case]
-    net = mnist_model()
+    net = mnist_model(config_path)
     common = dict(
         kernel_size=net.kernel_size,
         effective_size=net.effective_size,
@@ -191,7 +190,6 @@ def layer_step(case: str, lowering: str, batch: int):
         x = jax.random.normal(key, (batch, size, size, len(net.scales), cin))
     params = layer.init(jax.random.PRNGKey(1), x[:1])["params"]
     chosen = sl.lowering_choice(layer, x.shape)
-    del mnist
 
     def loss(p, x):
         return jnp.sum(layer.apply({"params": p}, x) ** 2)
@@ -201,14 +199,14 @@ def layer_step(case: str, lowering: str, batch: int):
     return jax.jit(jax.grad(loss, argnums=argnums)), (params, x), params, chosen
 
 
-def net_step(batch: int):
+def net_step(batch: int, config_path: str):
     """``(step, args, params, text)``: the whole network's train-mode gradient."""
     import jax
     import optax
 
     from invjax.layers import scale as sl
 
-    model = mnist_model()
+    model = mnist_model(config_path)
     x = jax.random.normal(jax.random.PRNGKey(0), (batch, 28, 28, 1))
     labels = jax.random.randint(jax.random.PRNGKey(1), (batch,), 0, 10)
     v = model.init(jax.random.PRNGKey(2), x[:1], train=False)
@@ -279,12 +277,8 @@ def loadavg() -> str:
         return "unknown"
 
 
-ARGS = None
-
-
 def main(argv=None) -> dict:
-    global ARGS
-    args = ARGS = parse_args(argv)
+    args = parse_args(argv)
     import jax
 
     peer = NoPeer()
@@ -307,7 +301,7 @@ def main(argv=None) -> dict:
             for case in args.cases:
                 steps, facts = {}, {}
                 for lowering in args.lowerings:
-                    step, a, params, chosen = layer_step(case, lowering, args.batch)
+                    step, a, params, chosen = layer_step(case, lowering, args.batch, args.config)
                     steps[lowering] = (step, a)
                     facts[lowering] = {"params": count(params), "chosen": chosen}
                 r = measure(peer, case, steps, args.repeats, args.batch)
@@ -327,7 +321,7 @@ def main(argv=None) -> dict:
                 for e in r["errors"]:
                     print(f"  DISCO error ({case}): {e}")
         if "net" in args.parts:
-            step, a, params, text = net_step(args.batch)
+            step, a, params, text = net_step(args.batch, args.config)
             r = measure(peer, "net", {"auto": (step, a)}, args.repeats, args.batch)
             r["invjax"]["auto"].update(params=count(params), lowerings=text)
             results["net"] = r
