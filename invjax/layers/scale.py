@@ -153,8 +153,9 @@ class ScaleConv(nn.Module):
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
     ``lowering`` (:data:`invjax.ops.scale.LOWERINGS`) picks how the convolution is lowered
     (:func:`invjax.ops.scale.scale_conv`); it changes speed, not parameters or results.
-    ``'auto'`` is per-scale on CPU (over each scale's non-zero taps) and GPU (measured faster on
-    both), grouped elsewhere.
+    ``'auto'`` is per layer (:func:`invjax.ops.scale.choose_lowering`): on CPU by FFT where the
+    kernel is large against the map, else per-scale over each scale's non-zero taps; per-scale
+    on GPU (measured faster on both), grouped elsewhere.
     (:class:`ScaleLiftConv` needs no choice: it is one ungrouped convolution.)
     """
 
