@@ -5,8 +5,10 @@ A basis is ``[S, F, k, k]`` (:mod:`invjax.bases.scale`). Filters are expanded fr
 coefficients by one einsum and applied by :func:`invjax.ops.conv.conv2d`: the lifting layer is one
 convolution with ``S`` times the output channels; the scale-to-scale layer is either one grouped
 convolution (``feature_group_count=S``) or ``S`` plain per-scale convolutions, each over the
-full ``k x k`` grid or over only the taps its scale's basis can make non-zero, whichever the
-backend runs faster (``lowering``, see :func:`scale_conv`). All lowerings compute the same sums.
+full ``k x k`` grid or over only the taps its scale's basis can make non-zero; or both layers
+multiply spectra (:func:`invjax.ops.conv.conv2d_fft`), whichever the backend runs faster for
+the shapes at hand (``lowering``, see :func:`scale_conv` and :func:`choose_lowering`). All
+lowerings compute the same sums.
 
 Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses these layers)
   Lifting (Z2 -> H):   ``y[s, o] = sum_i x[i] * kappa_s[i, o]``,
