@@ -114,3 +114,94 @@ def test_bad_input_exits_2_with_one_message(flags, named):
     )
     assert p.returncode == 2, p.stderr
     assert named in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------- DISCO
+
+DISCO_SCRIPT = os.path.join(REPO, "benchmarks", "peers", "disco_bench.py")
+
+
+@pytest.fixture(scope="module")
+def disco_bench():
+    spec = importlib.util.spec_from_file_location("disco_bench", DISCO_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeDisco:
+    """Answers like disco_side.py: a fixed build, then the given step times in turn."""
+
+    def __init__(self, seconds):
+        self.seconds, self.calls = list(seconds), []
+
+    def __call__(self, op, **kw):
+        self.calls.append(op)
+        if op == "build":
+            return {"ok": True, "params": 7, "build_s": 0.5}
+        return {"ok": True, "seconds": self.seconds.pop(0)}
+
+
+def test_disco_measure_alternates_and_takes_medians(disco_bench):
+    """First calls apart, then each round runs every invjax step and one DISCO step in turn."""
+    order = []
+
+    def step(tag):
+        def run():
+            order.append(tag)
+            return np.zeros(1)
+
+        return run
+
+    peer = FakeDisco([9.0, 1.0, 3.0, 2.0])
+    r = disco_bench.measure(peer, "conv3", {"a": (step("a"), ()), "b": (step("b"), ())}, 3, 2)
+    assert peer.calls == ["build", "fwd_bwd", "fwd_bwd", "fwd_bwd", "fwd_bwd"]
+    assert order == ["a", "b"] + ["a", "b"] * 3
+    assert r["disco"] == {"params": 7, "build_s": 0.5, "first_s": 9.0, "median_s": 2.0}
+    assert set(r["invjax"]) == {"a", "b"} and r["invjax"]["a"]["median_s"] > 0
+    assert disco_bench._ratio(2.0, 0.5).strip() == "4.00" and disco_bench._ratio(None, 1.0)
+
+
+@pytest.mark.slow
+def test_disco_bench_invjax_side(disco_bench, tmp_path, capsys):
+    """The invjax side at batch 1: the network's parameter count (DISCO's is 494,549 too), the
+    lowering each scale convolution gets, and the layer timings."""
+    out = tmp_path / "disco.json"
+    res = disco_bench.main(
+        ["--no-peer", "--batch", "1", "--repeats", "1", "--cases", "conv3"]
+        + ["--lowerings", "auto,fft", "--json", str(out)]
+    )
+    net = res["net"]["invjax"]["auto"]
+    assert net["params"] == 494_549
+    expect = "fft" if jax.default_backend() == "cpu" else "per_scale"
+    assert net["lowerings"].endswith(f"conv3 63->95 on 14x14 k15: {expect}")
+    conv3 = res["layers"]["conv3"]["invjax"]
+    assert conv3["auto"]["chosen"] == expect and conv3["fft"]["chosen"] == "fft"
+    assert conv3["auto"]["params"] == 63 * 95 * 49 + 95
+    assert all(v["median_s"] > 0 for v in conv3.values())
+    assert res["layers"]["conv3"]["disco"]["median_s"] is None  # not run, and says so
+    assert json.loads(out.read_text())["results"]["net"]["invjax"]["auto"]["params"] == 494_549
+    text = capsys.readouterr().out
+    assert "DISCO/invjax" in text and "load average" in text
+
+
+@pytest.mark.parametrize(
+    "flags,named",
+    [
+        (["--no-peer", "--lowerings", "fast"], "--lowerings='fast'"),
+        (["--no-peer", "--cases", "conv9"], "--cases='conv9'"),
+        (["--no-peer", "--batch", "0"], "--batch=0"),
+        (["--disco", "/nonexistent"], "--disco=/nonexistent"),
+    ],
+)
+def test_disco_bench_bad_input_exits_2_with_one_message(flags, named):
+    p = subprocess.run(
+        [sys.executable, DISCO_SCRIPT, *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr
+    assert named in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert p.stderr.startswith("invjax: error: ")

@@ -28,7 +28,7 @@ import numpy as np
 from invjax.bases import scale as scale_bases
 from invjax.groups import DEFAULT_SCALES
 from invjax.ops import scale as ops
-from invjax.ops.conv import conv2d, inference_kernel
+from invjax.ops.conv import conv2d, conv2d_fft, inference_kernel
 
 
 def _validate(layer: str, features, kernel_size, effective_size, scales, basis, stride):
@@ -84,7 +84,9 @@ def _expanded_arrays(layer: nn.Module, x, expand) -> dict:
 class ScaleLiftConv(nn.Module):
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, features]`` (SESN Z2 -> H).
 
-    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, one conv2d).
+    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, one conv2d, or one
+    product of spectra where ``lowering`` is ``'fft'``, or ``'auto'`` picks it for a large kernel
+    on CPU: :func:`invjax.ops.scale.choose_lowering`; speed only, the same results).
     """
 
     features: int
@@ -96,6 +98,7 @@ class ScaleLiftConv(nn.Module):
     use_bias: bool = False
     base_sigma: float | None = None  # Hermite only
     precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    lowering: str = "auto"  # invjax.ops.scale.LOWERINGS; 'fft' or a direct convolution
 
     @nn.compact
     def __call__(self, x):
@@ -110,10 +113,15 @@ class ScaleLiftConv(nn.Module):
         )
         if x.ndim != 4:
             raise ValueError(f"ScaleLiftConv: input shape {x.shape} is invalid: expected [B,H,W,C]")
+        if self.lowering not in ops.LOWERINGS:
+            raise ValueError(
+                f"ScaleLiftConv: lowering={self.lowering!r} is unknown: choose one of "
+                f"{ops.LOWERINGS}"
+            )
         psi = _basis(self.basis, self.kernel_size, self.effective_size, sc, self.base_sigma)
         cin = x.shape[-1]
         w = self.param("weight", he_coefficient_init(psi, cin), (cin, self.features, psi.shape[1]))
-        y = ops.scale_lift_conv(x, w, jnp.asarray(psi), self.stride, self.precision)
+        y = ops.scale_lift_conv(x, w, jnp.asarray(psi), self.stride, self.precision, self.lowering)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,))
         return y
@@ -125,8 +133,16 @@ class ScaleLiftConv(nn.Module):
         return _expanded_arrays(self, x, ops.expand_lift_kernel)
 
     def inference_call(self, arrays, x):
-        """The layer from :meth:`inference_arrays`: one convolution, ``[B, H', W', S, features]``."""
-        y = conv2d(x, arrays["kernel"], self.stride, precision=self.precision)
+        """The layer from :meth:`inference_arrays`: one convolution, ``[B, H', W', S, features]``
+        (by FFT where the training form's lowering is ``'fft'``)."""
+        kern = arrays["kernel"]
+        lowering = ops.choose_lowering(
+            self.lowering, x.shape[1:3], kern.shape[0], None, self.stride, self.precision
+        )
+        if lowering == "fft":
+            y = conv2d_fft(x, kern)
+        else:
+            y = conv2d(x, kern, self.stride, precision=self.precision)
         y = y.reshape(y.shape[:3] + (len(self.scales), self.features))
         return y + arrays["bias"] if "bias" in arrays else y
 
@@ -137,8 +153,9 @@ class ScaleConv(nn.Module):
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
     ``lowering`` (:data:`invjax.ops.scale.LOWERINGS`) picks how the convolution is lowered
     (:func:`invjax.ops.scale.scale_conv`); it changes speed, not parameters or results.
-    ``'auto'`` is per-scale on CPU (over each scale's non-zero taps) and GPU (measured faster on
-    both), grouped elsewhere.
+    ``'auto'`` is per layer (:func:`invjax.ops.scale.choose_lowering`): on CPU by FFT where the
+    kernel is large against the map, else per-scale over each scale's non-zero taps; per-scale
+    on GPU (measured faster on both), grouped elsewhere.
     (:class:`ScaleLiftConv` needs no choice: it is one ungrouped convolution.)
     """
 
@@ -266,3 +283,54 @@ class ScaleBatchNorm(nn.Module):
         """``x * a + s`` (eval mode only)."""
         del train
         return (x.astype(jnp.float32) * arrays["scale"] + arrays["shift"]).astype(x.dtype)
+
+
+def lowering_choice(layer: nn.Module, x_shape) -> str:
+    """The lowering :class:`ScaleLiftConv` or :class:`ScaleConv` ``layer`` uses on an input of
+    ``x_shape`` (``[B, H, W, Cin]`` or ``[B, H, W, S, Cin]``) on this backend:
+    :func:`invjax.ops.scale.choose_lowering` with the layer's kernel, its basis' non-zero taps
+    (scale convolutions; the lift uses its full kernel), stride and precision."""
+    support = None
+    if isinstance(layer, ScaleConv):
+        sc = scale_bases.check_arguments(layer.kernel_size, layer.effective_size, layer.scales)[2]
+        psi = _basis(layer.basis, layer.kernel_size, layer.effective_size, sc, layer.base_sigma)
+        support = ops.kernel_support(psi)
+    elif not isinstance(layer, ScaleLiftConv):
+        raise ValueError(f"lowering_choice: {type(layer).__name__} is not a scale convolution")
+    return ops.choose_lowering(
+        layer.lowering,
+        tuple(x_shape[1:3]),
+        layer.kernel_size,
+        support,
+        layer.stride,
+        layer.precision,
+    )
+
+
+def describe_lowerings(model: nn.Module, x_shape, **call_kwargs) -> str:
+    """One line naming how each scale convolution of ``model`` is lowered on this backend for
+    inputs of ``x_shape`` (traced abstractly: ``jax.eval_shape`` of ``model.init``, no compute),
+    e.g. ``scale convolutions (cpu): conv1 lift 1->32 on 56x56 k15: fft; conv2 32->63 on 28x28
+    k15: fft``; ``""`` for a model without any. ``call_kwargs`` go to the model's ``__call__``
+    (e.g. ``train=False``)."""
+    found = []
+
+    def record(next_fun, args, kwargs, context):
+        layer = context.module
+        if context.method_name == "__call__" and isinstance(layer, ScaleLiftConv | ScaleConv):
+            x = args[0]
+            kind = "lift " if isinstance(layer, ScaleLiftConv) else ""
+            found.append(
+                f"{layer.name} {kind}{x.shape[-1]}->{layer.features} on "
+                f"{x.shape[1]}x{x.shape[2]} k{layer.kernel_size}"
+                f"{'' if layer.stride == 1 else ' stride 2'}: {lowering_choice(layer, x.shape)}"
+            )
+        return next_fun(*args, **kwargs)
+
+    x = jax.ShapeDtypeStruct(tuple(x_shape), jnp.float32)
+    with nn.intercept_methods(record):
+        key = jax.random.PRNGKey(0)
+        jax.eval_shape(lambda x: model.init({"params": key, "dropout": key}, x, **call_kwargs), x)
+    if not found:
+        return ""
+    return f"scale convolutions ({jax.default_backend()}): " + "; ".join(found)

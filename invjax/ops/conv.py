@@ -132,3 +132,68 @@ def conv2d(
         feature_group_count=feature_group_count,
     )
     return max_pool2(y) if pool else y
+
+
+def fft_length(size: int, kernel_size: int) -> int:
+    """The FFT length along an axis of ``size`` pixels for a ``'SAME'`` correlation with an odd
+    ``kernel_size``: the smallest ``n >= max(size + (kernel_size - 1) // 2, kernel_size)`` with
+    no prime factor above 7.
+
+    Why ``size + p`` (``p = (k - 1) // 2``) and not the ``size + k - 1`` of a full linear
+    convolution: a circular correlation of length ``n`` reads input index ``(i + t - p) mod n``
+    for output ``i < size`` and tap ``t < k``; indices below 0 wrap to ``>= n - p >= size`` and
+    indices ``size .. size + p - 1`` stay below ``n``, so every wrapped read lands on the zero
+    padding and the kept outputs equal the zero-padded correlation.
+    """
+    n = max(size + (kernel_size - 1) // 2, kernel_size)
+    while True:
+        m = n
+        for f in (2, 3, 5, 7):
+            while m % f == 0:
+                m //= f
+        if m == 1:
+            return n
+        n += 1
+
+
+def circular_kernel(kernel, n_h: int, n_w: int):
+    """``[k, k, ...] -> [n_h, n_w, ...]``: the correlation taps of ``kernel`` as the kernel of a
+    circular convolution of lengths ``n_h x n_w``: tap ``t`` (centre ``p = (k - 1) // 2``) sits at
+    ``(p - t) mod n``, so ``y[i] = sum_j x[j] c[(i - j) mod n] = sum_t x[i + t - p] kernel[t]``."""
+    k = kernel.shape[0]
+    p = (k - 1) // 2
+    pad = ((0, n_h - k), (0, n_w - k)) + ((0, 0),) * (kernel.ndim - 2)
+    return jnp.roll(jnp.pad(kernel[::-1, ::-1], pad), (-p, -p), axis=(0, 1))
+
+
+def fft_spectra(x, kernel):
+    """The real FFTs over space of an NHWC input ``x [B, H, W, ...]`` and of its ``[k, k, ...]``
+    correlation kernel (:func:`circular_kernel`), both at :func:`fft_length`: ``(X [B, n_h,
+    n_w // 2 + 1, ...], K [n_h, n_w // 2 + 1, ...], (n_h, n_w))``. Multiplying them per
+    frequency and :func:`fft_output` give the ``'SAME'`` correlation of :func:`conv2d`."""
+    k = kernel.shape[0]
+    n = (fft_length(x.shape[1], k), fft_length(x.shape[2], k))
+    xf = jnp.fft.rfft2(x, s=n, axes=(1, 2))
+    kf = jnp.fft.rfft2(circular_kernel(kernel, *n), axes=(0, 1))
+    return xf, kf, n
+
+
+def fft_output(yf, n, h: int, w: int):
+    """``[B, n_h, n_w // 2 + 1, ...]`` spectrum -> the real ``[B, h, w, ...]`` it holds (the
+    kept corner of the circular result, see :func:`fft_length`)."""
+    return jnp.fft.irfft2(yf, s=n, axes=(1, 2))[:, :h, :w]
+
+
+def conv2d_fft(x, kernel):
+    """Stride-1 ``'SAME'`` correlation of NHWC ``x [B, H, W, I]`` with an HWIO ``kernel [k, k, I,
+    O]`` (odd ``k``) through real FFTs: ``y = F^-1(sum_i F(x)_i F(c)_io)``, ``c`` the
+    :func:`circular_kernel`. The same sums as :func:`conv2d` (stride 1, no dilation) up to
+    float32 rounding (relative errors about 1e-6, tested with gradients), in ``O(n^2 log n)``
+    per plane instead of ``k^2`` products per pixel: faster on CPU where the kernel is large
+    against the map (:func:`invjax.ops.scale.choose_lowering`). Products in float32
+    (complex64) on every backend."""
+    if kernel.shape[0] != kernel.shape[1] or kernel.shape[0] % 2 != 1:
+        raise ValueError(f"conv2d_fft: kernel size {kernel.shape[:2]} is invalid: square and odd")
+    xf, kf, n = fft_spectra(x, kernel)
+    yf = jnp.einsum("bhwi,hwio->bhwo", xf, kf, precision=lax.Precision.HIGHEST)
+    return fft_output(yf, n, x.shape[1], x.shape[2])

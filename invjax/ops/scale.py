@@ -5,8 +5,10 @@ A basis is ``[S, F, k, k]`` (:mod:`invjax.bases.scale`). Filters are expanded fr
 coefficients by one einsum and applied by :func:`invjax.ops.conv.conv2d`: the lifting layer is one
 convolution with ``S`` times the output channels; the scale-to-scale layer is either one grouped
 convolution (``feature_group_count=S``) or ``S`` plain per-scale convolutions, each over the
-full ``k x k`` grid or over only the taps its scale's basis can make non-zero, whichever the
-backend runs faster (``lowering``, see :func:`scale_conv`). All lowerings compute the same sums.
+full ``k x k`` grid or over only the taps its scale's basis can make non-zero; or both layers
+multiply spectra (:func:`invjax.ops.conv.conv2d_fft`), whichever the backend runs faster for
+the shapes at hand (``lowering``, see :func:`scale_conv` and :func:`choose_lowering`). All
+lowerings compute the same sums.
 
 Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses these layers)
   Lifting (Z2 -> H):   ``y[s, o] = sum_i x[i] * kappa_s[i, o]``,
@@ -30,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from invjax import precision as P
-from invjax.ops.conv import conv2d
+from invjax.ops.conv import conv2d, conv2d_fft, fft_output, fft_spectra
 
 if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked in the tests
     from jax import Array
@@ -48,19 +50,77 @@ if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked i
 # layer gains less (x0.93 at batch 64) and the digits' Scale-II train step loses (3.0 against
 # 2.5 ms), so 'auto' stays 'per_scale' on GPUs. 'auto' is 'grouped' only where nothing was
 # measured (TPU).
-LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact")
+# 'fft' multiplies spectra instead (invjax.ops.conv.conv2d_fft): XLA:CPU's direct convolution
+# slows down by an order of magnitude where a kernel is about as large as the map (15 x 15 taps
+# on 14 x 14 maps: ~20 GFLOP/s against ~250 for 7 x 7), and the FFT's cost does not grow with
+# the taps at all. On CPU 'auto' takes it per layer where FFT_MIN_TAPS says (choose_lowering).
+LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact", "fft")
 AUTO_LOWERING = {"cpu": "per_scale_compact", "gpu": "per_scale"}
+# The FFT form computes in float32 (complex64): 'auto' takes it only at precisions that are
+# float32 on CPU anyway (invjax.precision), never for bf16 or the TF32/bf16 emulations.
+FFT_PRECISIONS = (None, "default", "highest", "exact_fast")
+# 'auto' on CPU picks 'fft' for a stride-1 layer on an H x W map when its direct form multiplies
+# at least FFT_MIN_TAPS taps per output pixel and scale (mean over scales of the non-zero taps,
+# kernel_support) AND the kernel spans at least FFT_MIN_SPAN_RATIO of the map's smaller side.
+# Measured forward+backward on 2 shared CPU cores (docs/benchmarks.md, "Against DISCO"), FFT
+# against per_scale_compact: DISCO k 15 / effective 7 / 4 scales (137 taps on average) 23x
+# faster on 14 x 14 maps (63 -> 95 channels, batch 32), 3.8x on 28 x 28 (32 -> 63), 1.3x for
+# the lift on 56 x 56 (225 taps), 1.3-1.7x on 64 x 64 (16 -> 16, batch 8); DISCO k 5 / eff. 3
+# / 3 scales (14 taps) on 32 x 32 (32 -> 32, batch 8): 3.1-3.8x slower. Larger maps are not
+# measured, so a kernel under a fifth of the map stays direct.
+FFT_MIN_TAPS = 40
+FFT_MIN_SPAN_RATIO = 0.2
 
 
 def resolve_lowering(lowering: str) -> str:
-    """``'grouped'``, ``'per_scale'`` or ``'per_scale_compact'``: ``lowering`` itself, or for
-    ``'auto'`` the choice for ``jax.default_backend()`` (:data:`AUTO_LOWERING`; ``'grouped'``
-    elsewhere). A network chooses for all its scale layers with its ``scale_lowering`` field."""
+    """``'grouped'``, ``'per_scale'``, ``'per_scale_compact'`` or ``'fft'``: ``lowering`` itself,
+    or for ``'auto'`` the shape-blind choice for ``jax.default_backend()``
+    (:data:`AUTO_LOWERING`; ``'grouped'`` elsewhere). A network chooses for all its scale layers
+    with its ``scale_lowering`` field; with ``'auto'``, :func:`choose_lowering` then refines the
+    choice per layer from its shapes."""
     if lowering not in LOWERINGS:
         raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
     if lowering == "auto":
         return AUTO_LOWERING.get(jax.default_backend(), "grouped")
     return lowering
+
+
+def mean_taps(kernel_size: int, support) -> float:
+    """Taps per output pixel a direct per-scale convolution multiplies, averaged over scales:
+    ``mean_s ceil((k - 2 crop_s) / dil_s)^2`` (:func:`kernel_support`; ``k^2`` without one)."""
+    if not support:
+        return float(kernel_size**2)
+    return sum(((kernel_size - 2 * c - 1) // d + 1) ** 2 for c, d in support) / len(support)
+
+
+def choose_lowering(
+    lowering: str,
+    map_shape: tuple[int, int],
+    kernel_size: int,
+    support=None,
+    stride: int = 1,
+    precision: str | None = None,
+    backend: str | None = None,
+) -> str:
+    """The lowering a scale convolution uses on a ``map_shape = (H, W)`` input: ``lowering``
+    itself unless it is ``'auto'``; for ``'auto'``, ``'fft'`` on CPU where the kernel is large
+    (stride 1, a float32 ``precision``, :data:`FFT_MIN_TAPS` taps per pixel on average over the
+    scales by ``support``, a kernel spanning :data:`FFT_MIN_SPAN_RATIO` of the map), else
+    :func:`resolve_lowering`'s per-backend choice. ``backend``: default ``jax.default_backend()``.
+    """
+    base = resolve_lowering(lowering)
+    if lowering != "auto":
+        return base
+    backend = backend or jax.default_backend()
+    if (
+        backend == "cpu"
+        and stride == 1
+        and precision in FFT_PRECISIONS
+        and mean_taps(kernel_size, support) >= FFT_MIN_TAPS
+        and kernel_size >= FFT_MIN_SPAN_RATIO * min(map_shape)
+    ):
+        return "fft"
+    return AUTO_LOWERING.get(backend, "grouped")
 
 
 def kernel_support(basis) -> tuple[tuple[int, int], ...] | None:
@@ -118,6 +178,7 @@ def scale_lift_conv(
     basis: Float[Array, "s f k k"],
     stride: int = 1,
     precision: str | None = None,
+    lowering: str = "auto",
 ) -> Float[Array, "n h2 w2 s co"]:
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, Cout]``.
 
@@ -127,15 +188,32 @@ def scale_lift_conv(
       basis: ``[S, F, k, k]``.
       stride: 1 or 2 (:func:`conv2d`'s grid-symmetric rule).
       precision: the arithmetic of the products (:mod:`invjax.precision`).
+      lowering: ``'fft'`` (:func:`invjax.ops.conv.conv2d_fft`, stride 1), any other of
+        :data:`LOWERINGS` for the one direct :func:`conv2d`, or ``'auto'``:
+        :func:`choose_lowering` on the full kernel (the lift's one convolution uses every tap).
     """
     if x.ndim != 4 or weight.ndim != 3 or x.shape[-1] != weight.shape[0]:
         raise ValueError(
             f"scale_lift_conv: x {x.shape} and weight {weight.shape} are incompatible: expected "
             "x [B, H, W, Cin] and weight [Cin, Cout, F]"
         )
-    S = basis.shape[0]
-    y = conv2d(x, expand_lift_kernel(weight, basis, precision), stride, precision=precision)
+    S, k = basis.shape[0], basis.shape[-1]
+    try:
+        lowering = choose_lowering(lowering, x.shape[1:3], k, None, stride, precision)
+    except ValueError as e:
+        raise ValueError(f"scale_lift_conv: {e}") from None
+    kern = expand_lift_kernel(weight, basis, precision)
+    if lowering == "fft":
+        _check_fft(stride, "scale_lift_conv")
+        y = conv2d_fft(x, kern)
+    else:
+        y = conv2d(x, kern, stride, precision=precision)
     return y.reshape(y.shape[:3] + (S, weight.shape[1]))
+
+
+def _check_fft(stride: int, where: str) -> None:
+    if stride != 1:
+        raise ValueError(f"{where}: lowering='fft' needs stride 1 (stride={stride})")
 
 
 def expand_scale_kernel(weight, basis, precision: str | None = None):
@@ -178,7 +256,9 @@ def scale_conv(
     - ``lowering='per_scale_compact'``: the same, each filter cropped (and dilated) to the taps
       its scale's basis can make non-zero (:func:`kernel_support`), so the zero taps are
       skipped too; stride 2 and a traced ``basis`` keep the full grid;
-    - ``lowering='auto'`` (default): per backend, see :func:`resolve_lowering`.
+    - ``lowering='fft'``: per frequency, the spectra of the input scales times the filters'
+      spectra (:func:`invjax.ops.conv.fft_spectra`), one inverse FFT per output (stride 1);
+    - ``lowering='auto'`` (default): per backend and shape, see :func:`choose_lowering`.
 
     All compute the same sums and agree to float32 rounding (tested, with gradients).
 
@@ -202,11 +282,15 @@ def scale_conv(
     D = weight.shape[2]
     if D < 1:
         raise ValueError(f"scale_conv: scale_size={D} is invalid: it must be >= 1")
+    support = kernel_support(basis)
     try:
-        lowering = resolve_lowering(lowering)
+        lowering = choose_lowering(
+            lowering, x.shape[1:3], basis.shape[-1], support, stride, precision
+        )
     except ValueError as e:
         raise ValueError(f"scale_conv: {e}") from None
-    support = kernel_support(basis) if lowering == "per_scale_compact" and stride == 1 else None
+    if lowering != "per_scale_compact" or stride != 1:
+        support = None
     kern = expand_scale_kernel(weight, basis, precision)
     return apply_scale_kernel(x, kern, D, stride, lowering, precision, support)
 
@@ -227,12 +311,15 @@ def apply_scale_kernel(
     scale ``s``'s filter on those taps only; None: on the full grid."""
     S, D, cin = x.shape[3], scale_size, x.shape[-1]
     cout = kern.shape[-1] // S
-    lowering = resolve_lowering(lowering)
+    lowering = choose_lowering(lowering, x.shape[1:3], kern.shape[0], support, stride, precision)
     if support is not None and (stride != 1 or len(support) != S or lowering == "grouped"):
         raise ValueError(
             f"apply_scale_kernel: support={support} needs stride 1, a per-scale lowering and "
             f"one entry per scale (stride={stride}, lowering={lowering!r}, S={S})"
         )
+    if lowering == "fft":
+        _check_fft(stride, "apply_scale_kernel")
+        return _scale_conv_fft(x, kern, D)
     if lowering == "grouped":
         y = conv2d(stack_scale_neighbours(x, D), kern, stride, S, precision=precision)
         return y.reshape(y.shape[:3] + (S, cout))
@@ -248,6 +335,23 @@ def apply_scale_kernel(
         kern_s = kern_s.reshape(kern_s.shape[:2] + (d_s * cin, cout))
         outs.append(conv2d(xs, kern_s, stride, precision=precision, dilation=dil))
     return jnp.stack(outs, axis=3)
+
+
+def _scale_conv_fft(x, kern, scale_size: int):
+    """:func:`apply_scale_kernel` by FFT: ``Y_s(f) = sum_{d, i} X_{s + d, i}(f) K_{d, i, s}(f)``
+    per frequency ``f`` (``X_{s'} = 0`` for ``s' >= S``), then one inverse FFT per output.
+    ``x [B, H, W, S, Cin]``, ``kern [k, k, D * Cin, S * Cout]``."""
+    B, H, W, S, cin = x.shape
+    D, k = scale_size, kern.shape[0]
+    cout = kern.shape[-1] // S
+    xf, kf, n = fft_spectra(x, kern.reshape(k, k, D, cin, S, cout))
+    if D > 1:  # [B, f_h, f_w, S, D, Cin]: input scales s .. s + D - 1, zeros past the largest
+        xf = jnp.pad(xf, ((0, 0),) * 3 + ((0, D - 1), (0, 0)))
+        xf = xf[:, :, :, jnp.arange(S)[:, None] + jnp.arange(D)[None, :]]
+    else:
+        xf = xf[:, :, :, :, None]
+    yf = jnp.einsum("bhwsdi,hwdiso->bhwso", xf, kf, precision=jax.lax.Precision.HIGHEST)
+    return fft_output(yf, n, H, W)
 
 
 def scale_max_projection(x):

@@ -23,6 +23,7 @@ from flax import traverse_util
 from invjax import checkpoint, models, parallel
 from invjax import data as data_lib
 from invjax import precision as P
+from invjax.layers.scale import describe_lowerings
 from invjax.logging_utils import banner
 from invjax.models.common import count_params
 from invjax.training.optimizer import count_trainable, is_int, make_optimizer, validate_train_config
@@ -325,4 +326,6 @@ def describe(exp: Experiment, resumed_step: int | None = None) -> str:
         f"({'exact' if P.is_exact(exp.eval_precision) else 'not exact'} on this backend)",
         resumed_step=resumed_step,
     )
+    lowerings = describe_lowerings(exp.model, (2, *ds.image_shape), train=False)
+    text = f"{text}\n  {lowerings}" if lowerings else text
     return f"{text}\n  warning: {warning}" if warning else text
