@@ -12,28 +12,25 @@
 # 4. whole-network throughput and time to first step per precision (benchmarks/throughput.py);
 # 5. the peer benchmark against e2cnn on the GPU (benchmarks/peers/run.sh --gpu; PEERS_TORCH and
 #    PEERS_WHEELS as run.sh documents; PEERS_S=0 skips it);
-# 6. the sample-complexity study's largest networks (launch/study.py: STUDY_FAMILIES at
-#    STUDY_SIZES, STUDY_SEEDS on STUDY_DATASETS, the CPU study's widths and steps), so that GPU
-#    figures stand beside the CPU study's in docs/results/.
-# 7. K models in one program against K separate runs on the GPU, whole processes and the train
+# 6. K models in one program against K separate runs on the GPU, whole processes and the train
 #    step alone, loop against vmap (benchmarks/many_models.py; docs/many_models.md), of MM_CONFIG
 #    (MM_ARGS adds flags: the scale network, whose vmap is unmeasured on a GPU, is
 #    MM_CONFIG=configs/digits_scale.py MM_ARGS="--override=--config.model.width_divisor=2");
-# 8. the digits study (python -m launch.studies digits run, docs/results/digits/README.md):
+# 7. the digits study (python -m launch.studies digits run, docs/results/digits/README.md):
 #    PROTOCOL_STAGE of PROTOCOL_FAMILIES on PROTOCOL_DATASETS, K seeds per program,
 #    PROTOCOL_PARALLEL runs side by side on the one GPU, no new run after PROTOCOL_BUDGET_MIN
 #    minutes; each finished run lands as a row of PROTOCOL_RECORD (default
 #    docs/results/digits/runs.jsonl: bring it back and commit it); PROTOCOL_ARGS adds flags
 #    (e.g. --sizes 20 --seeds 0,1). The same command resumes what did not finish.
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
-# rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, STUDY_* and the *_S limits can
+# rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, PROTOCOL_* and the *_S limits can
 # be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
-# precision_svhn, precision_cifar10, scale_lowering, throughput, peers, study, many_models_step,
+# precision_svhn, precision_cifar10, scale_lowering, throughput, peers, many_models_step,
 # many_models, protocol), e.g. on an H100:
 #
 #   ONLY=precision_layers,precision_svhn,precision_cifar10 bash benchmarks/accelerator_check.sh OUT
 #
-#   ONLY=study STUDY_RUNS=/tmp/study_runs bash benchmarks/accelerator_check.sh OUTDIR
+#   ONLY=protocol PROTOCOL_RUNS=/tmp/protocol_runs bash benchmarks/accelerator_check.sh OUTDIR
 #   ONLY=peers PEERS_TORCH=system PEERS_WHEELS=DIR bash benchmarks/accelerator_check.sh OUTDIR
 set -uo pipefail
 out=${1:?usage: bash benchmarks/accelerator_check.sh OUTDIR}
@@ -74,10 +71,6 @@ step throughput "${THROUGHPUT_S:-240}" python3 benchmarks/throughput.py --datase
   --families "${FAMILIES:-std,e2_ii,scale_ii}" --precision "${PRECISIONS:-default,highest,exact_fast}" \
   --steps 20 --json "$out/throughput.json"
 step peers "${PEERS_S:-240}" bash benchmarks/peers/run.sh --gpu --json "$out/peers.json"
-step study "${STUDY_S:-420}" python3 launch/study.py --out "$out/study" \
-  --runs-dir "${STUDY_RUNS:-$out/study_runs}" --datasets "${STUDY_DATASETS:-scaled_digits}" \
-  --sizes "${STUDY_SIZES:-0}" --seeds "${STUDY_SEEDS:-0}" \
-  --families "${STUDY_FAMILIES:-wrn_std,e2_ii,scale_iiws_disco,dual,triple}"
 step many_models_step "${MM_STEP_S:-70}" python3 benchmarks/many_models.py --platform=gpu \
   --config="${MM_CONFIG:-configs/digits_std.py}" ${MM_ARGS:-} \
   --per-step --seeds="${MM_STEP_SEEDS:-0,1,2,3,4,5}" --steps=20 --json "$out/many_models_step.json"

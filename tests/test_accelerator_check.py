@@ -1,4 +1,5 @@
-"""benchmarks/accelerator_check.sh: ONLY picks the steps, and the study step runs the study."""
+"""benchmarks/accelerator_check.sh: ONLY picks the steps, and the protocol step runs the digits
+study through ``python -m launch.studies digits run``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import os
 import pathlib
 import subprocess
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "accelerator_check.sh"
@@ -16,6 +19,9 @@ STEPS = (
     "precision_cifar10",
     "scale_lowering",
     "throughput",
+    "peers",
+    "many_models_step",
+    "many_models",
 )
 
 
@@ -33,19 +39,33 @@ def run(tmp_path, **env):
     return out, proc.stdout
 
 
-def test_only_study_runs_the_study_step_alone(tmp_path):
-    runs = tmp_path / "runs"
+@pytest.mark.slow
+def test_only_protocol_runs_the_digits_study_step_alone(tmp_path):
+    # The RBF-SVM family: its six tuning fits and one main fit take seconds, and land as rows
+    # of the record exactly as the networks' runs do.
+    runs, record = tmp_path / "runs", tmp_path / "record" / "runs.jsonl"
     out, stdout = run(
         tmp_path,
-        ONLY="study",
-        STUDY_RUNS=str(runs),
-        STUDY_FAMILIES="svm",
-        STUDY_SIZES="20",
+        ONLY="protocol",
+        PROTOCOL_STAGE="all",
+        PROTOCOL_FAMILIES="svm",
+        PROTOCOL_RUNS=str(runs),
+        PROTOCOL_RECORD=str(record),
+        PROTOCOL_ARGS="--sizes 20 --seeds 0",
     )
-    for name in (*STEPS, "peers"):
+    for name in STEPS:
         assert f"== {name}: skipped" in stdout
         assert not (out / f"{name}.log").exists()
-    assert "== study: exit 0" in stdout
-    rows = json.loads((out / "study" / "results.json").read_text())
-    assert [(r["experiment"], r["n_train"], r["runs"]) for r in rows] == [("svm", 20, 1)]
-    assert (runs / "scaled_digits" / "svm" / "n20_s0" / "results.json").is_file()
+    assert "== study:" not in stdout
+    assert "== protocol: exit 0" in stdout
+    rows = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    main = [r for r in rows if r["stage"] == "main"]
+    assert [(r["dataset"], r["family"], r["n_train"], r["seed"]) for r in main] == [
+        ("scaled_digits", "svm", 20, 0)
+    ]
+    assert main[0]["run"] == "main/scaled_digits/svm/n20/seed_0"
+    assert 0.0 <= main[0]["test_error"] <= 100.0  # percent
+    assert sorted(r["label"] for r in rows if r["stage"] == "tune") == sorted(
+        f"C{c}_g{g}" for c in (1, 10, 100) for g in (0.3, 1)
+    )
+    assert (runs / "main" / "scaled_digits" / "svm" / "n20" / "seed_0" / "results.json").is_file()
