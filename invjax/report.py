@@ -524,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = given or os.path.join(args.runs_dir, default)
             problem = cannot_write(path) if os.path.isdir(args.runs_dir) or given else None
             if problem and given:  # asked for: refused before anything is read
-                print(f"report: error: {flag}={given}: {problem}", file=sys.stderr)
+                print(f"invjax: error: {flag}={given}: {problem}", file=sys.stderr)
                 return 2
             if problem:
                 _warn(
@@ -536,7 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         runs = find_results(args.runs_dir, args.include_streams)
     except ValueError as e:
-        print(f"report: error: {e}", file=sys.stderr)
+        print(f"invjax: error: {e}", file=sys.stderr)
         return 2
     if not runs:
         print(f"report: no results.json under {args.runs_dir}", file=sys.stderr)
@@ -552,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "curves" in targets and plot_curves(runs, args.runs_dir, targets["curves"]):
             print(f"training curves: {targets['curves']}", file=sys.stderr)
     except OSError as e:  # the destination failed after the check (full, removed)
-        print(f"report: error: cannot write the plot: {e}", file=sys.stderr)
+        print(f"invjax: error: cannot write the plot: {e}", file=sys.stderr)
         return 1
     return 0
 

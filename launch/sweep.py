@@ -692,13 +692,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.experiments, args.sizes, args.seeds, args.runs_dir, extra, not args.no_share
         )
     except (ValueError, KeyError, AttributeError, TypeError) as e:
-        print(f"sweep: error: {e}", file=sys.stderr)
+        print(f"invjax: error: {e}", file=sys.stderr)
         return 2
     if args.local:
         try:  # the numbers and the GPUs, before anything runs
             slot_envs(args.parallel, args.devices_per_run or 1, args.platform)
         except ValueError as e:
-            print(f"sweep: error: {e}", file=sys.stderr)
+            print(f"invjax: error: {e}", file=sys.stderr)
             return 2
     if args.dry_run:
         for run in runs:
@@ -719,7 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return run_local(runs, args.parallel, args.devices_per_run, args.platform)
         except PointChanged as e:  # before any run starts
-            print(f"sweep: error: {e}", file=sys.stderr)
+            print(f"invjax: error: {e}", file=sys.stderr)
             return 2
     if not args.slurm:
         parser.error("choose --dry_run, --local or --slurm FILE")

@@ -494,7 +494,7 @@ def test_report_on_a_read_only_runs_folder(runs, tmp_path):
     proc = report_cmd("--plot", str(runs / "p.png"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"report: error: --plot={runs / 'p.png'}: {runs} is not writable (Read-only file system)"
+        f"invjax: error: --plot={runs / 'p.png'}: {runs} is not writable (Read-only file system)"
     ]
     assert proc.stdout == ""
     proc = report_cmd("--plot", str(tmp_path / "p.png"), "--curves", str(tmp_path / "c.png"))
@@ -594,7 +594,7 @@ def test_sweep_reruns_changed_points(tmp_path):
     assert other.returncode == 2, other.stdout + other.stderr
     assert " start: " not in other.stdout and "Traceback" not in other.stderr
     (line,) = other.stderr.strip().splitlines()
-    assert line.startswith(f"sweep: error: {point} was run with other settings than this sweep's")
+    assert line.startswith(f"invjax: error: {point} was run with other settings than this sweep's")
     assert "model.width: 4 stored, 8 now" in line
     assert sorted(p.name for p in point.iterdir()) == before
 
