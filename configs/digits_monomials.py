@@ -1,9 +1,9 @@
 """python -m invjax.main --config=configs/digits_monomials.py --workdir=runs/digits_monomials
 
 Offline: the Scaled-MNIST II-DISCO network with Scale-II monomials (Table 7, eq. 6 per channel,
-``mnist_ii_disco_monomials.py``) at the size of the digits networks, as the study trains it
-(``launch/study.py``, families ``scale_iimono_disco`` / ``scale_iimono_hermite``, which set the
-epochs, the decay and the pruning epochs by its length rule).
+``mnist_ii_disco_monomials.py``) at the size of the digits networks, as the digits study trains it
+(``python -m launch.studies digits``, family ``scale_iimono_disco``, whose runs set the epochs,
+the decay and the pruning epochs by its length rule, ``launch/studies/plan.py``).
 
 Kept from Table 7: the x2 nearest upsampling (56 x 56 input: without it Scale-II reads a 7 x 7 map;
 docs/monomials.md measures both), three scale convolutions with max pooling, Scale-II with
@@ -46,5 +46,5 @@ def get_config():
     # unconverged (all data, seed 0: 13.65% -> 4.18% test error; docs/monomials.md)
     config.train.num_epochs = 24
     config.train.lr_boundaries = (16,)
-    m.prune_epochs = (2, 4)  # 5 and 10 of 60 epochs, scaled to 24 (launch/study.py's rule)
+    m.prune_epochs = (2, 4)  # 5 and 10 of 60 epochs, scaled to 24 (plan.prune_epochs)
     return config

@@ -27,7 +27,7 @@ def get_config():
     config.train.weight_decay = 5e-6
     # log A instead of eq. 6's ratio A (invariant where A is): the ratios spread over ~8 decades
     # across images and each fc1 unit is dominated by one image of the batch; with A the network
-    # stayed at chance (one class) in every run of launch/study.py (ops.ii.MONOMIAL_OUTPUTS).
+    # stayed at chance (one class) in every run of the 200-step study (ops.ii.MONOMIAL_OUTPUTS).
     config.model.monomial_output = "log"
     config.model.prune_epochs = (5, 10)  # n_m = 25, 12, 5 after 0, 5, 10 of the 60 epochs
     return config
