@@ -71,7 +71,7 @@ PATH = re.compile(
     rf"(?<![\w/.~$-]){TOP}/[\w./-]*\.(?:py|md|sh|txt|json|jsonl|png|npz|toml|template)(?![\w/])"
 )
 # Words that make a path a template rather than a file (configs/NAME.py, docs/results/X/...).
-TEMPLATE = re.compile(r"\b(?:NAME|DIR|FILE|OUT|OUTDIR|RUN|X|N)\b|<|\*|\{")
+TEMPLATE = re.compile(r"\b(?:NAME|STEM|DIR|FILE|OUT|OUTDIR|RUN|X|N)\b|<|\*|\{")
 CONFIG_KEY = re.compile(r"--config\.([a-z_][\w.]*\w)")
 LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)\)")
 

@@ -62,12 +62,10 @@ FFT_PRECISIONS = (None, "default", "highest", "exact_fast")
 # 'auto' on CPU picks 'fft' for a stride-1 layer on an H x W map when its direct form multiplies
 # at least FFT_MIN_TAPS taps per output pixel and scale (mean over scales of the non-zero taps,
 # kernel_support) AND the kernel spans at least FFT_MIN_SPAN_RATIO of the map's smaller side.
-# Measured forward+backward on 2 shared CPU cores (docs/benchmarks.md, "Against DISCO"), FFT
-# against per_scale_compact: DISCO k 15 / effective 7 / 4 scales (137 taps on average) 23x
-# faster on 14 x 14 maps (63 -> 95 channels, batch 32), 3.8x on 28 x 28 (32 -> 63), 1.3x for
-# the lift on 56 x 56 (225 taps), 1.3-1.7x on 64 x 64 (16 -> 16, batch 8); DISCO k 5 / eff. 3
-# / 3 scales (14 taps) on 32 x 32 (32 -> 32, batch 8): 3.1-3.8x slower. Larger maps are not
-# measured, so a kernel under a fifth of the map stays direct.
+# Why these thresholds: FFT beat the direct form for DISCO's k 15 kernels on 14 x 14 to 64 x 64
+# maps and lost for the WRN streams' k 5 kernels on 32 x 32; larger maps are unmeasured, so a
+# kernel under a fifth of the map stays direct (docs/benchmarks.md,
+# "Against DISCO (Scaled-MNIST, CPU)", gives the figures and the command).
 FFT_MIN_TAPS = 40
 FFT_MIN_SPAN_RATIO = 0.2
 
