@@ -204,13 +204,13 @@ def test_kill_one_process_then_both_resume(multi, env, tmp_path):
         p.stderr.close()
     steps_at_kill = checkpoint.list_steps(workdir)
     assert steps_at_kill and steps_at_kill[-1] < STEPS, steps_at_kill
+    # The newest step with its manifest (a later one may have been cut before its manifest).
+    newest = max(s for s in steps_at_kill if checkpoint.has_manifest(workdir, s))
 
     outs = run_processes(env, workdir)
     for i, (rc, _, err) in enumerate(outs):
         assert rc == 0, f"process {i}: {err[-3000:]}"
     said = outs[0][1]
-    # The newest step with its manifest (a later one may have been cut before its manifest).
-    newest = max(s for s in steps_at_kill if checkpoint.has_manifest(workdir, s))
     assert f"resuming from the checkpoint of step {newest}" in said, said[-2000:]
     # The same topology and the same batches: the resumed run ends bit-identical.
     assert results(workdir)["test_error"] == results(ref)["test_error"]
