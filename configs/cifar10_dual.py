@@ -2,7 +2,7 @@
 
 Table 3, CIFAR-10, II Dual (Scale & E(2); paper: 2.75% TE).
 
-Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale) is its own run in
+Two-phase training (invjax/training/plan.py). Phase 1: each stream (e2, scale) is its own run in
 ``DIR/streams/<stream>`` with its own recipe (``cifar10_e2_ii.py``, ``cifar10_scale_ii.py``).
 Phase 2 in ``DIR``: the streams are loaded and frozen; the Map-E(2) head (each stream's invariant
 features mapped to the E(2) stream's width, weighted sum) and the classifier train with the
@@ -13,22 +13,8 @@ appendix table "Classification head HPs on CIFAR-10": batch 128, learning rate 0
 
 from __future__ import annotations
 
-from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = cifar10_std.get_config()
-    model = models.dual("cifar10", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": cifar10_e2_ii.get_config(),
-            "scale": cifar10_scale_ii.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.001,
-        epoch_divisor=4,
-    )
+    return table3.config("cifar10_dual")

@@ -24,7 +24,8 @@ def get_config():
     config.train.weight_decay = 1e-5
     config.train.batch_size = 64
     config.train.num_epochs = 30
-    config.train.lr_boundaries = (20, 25)
+    config.train.lr_boundaries = None  # the schedule as fractions of the run:
+    config.train.lr_boundary_fractions = (2 / 3, 5 / 6)  # after 20 and 25 of 30 epochs
     config.train.lr_decay_factor = 0.1
     config.train.select_best = True
     return config

@@ -2,7 +2,7 @@
 
 Table 3, STL-10, II Dual (Scale & E(2); paper: 5.95% TE).
 
-Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale) is its own run in
+Two-phase training (invjax/training/plan.py). Phase 1: each stream (e2, scale) is its own run in
 ``DIR/streams/<stream>`` with its own recipe (``stl10_e2_ii.py``, ``stl10_scale_ii.py``). Phase 2
 in ``DIR``: the streams are loaded and frozen; the Map-E(2) head (each stream's invariant features
 mapped to the E(2) stream's width, weighted sum) and the classifier train with the appendix table
@@ -13,22 +13,8 @@ recipe's epochs and schedule divided by 10 (100 epochs). Other heads (appendix A
 
 from __future__ import annotations
 
-from configs import stl10_e2_ii, stl10_scale_ii, stl10_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    model = models.dual("stl10", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": stl10_e2_ii.get_config(),
-            "scale": stl10_scale_ii.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.0001,
-        epoch_divisor=10,
-    )
+    return table3.config("stl10_dual")

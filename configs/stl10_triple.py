@@ -2,7 +2,7 @@
 
 Table 3, STL-10, II Triple (Scale, E(2) & Std.; paper: 5.90% TE).
 
-Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale, std) is its own run in
+Two-phase training (invjax/training/plan.py). Phase 1: each stream (e2, scale, std) is its own run in
 ``DIR/streams/<stream>`` with its own recipe (``stl10_e2_ii.py``, ``stl10_scale_ii.py``,
 ``stl10_std.py``). Phase 2 in ``DIR``: the streams are loaded and frozen; the Map-E(2) head (each
 stream's invariant features mapped to the E(2) stream's width, weighted sum) and the classifier
@@ -13,23 +13,8 @@ weight decay 0.0001, and the recipe's epochs and schedule divided by 10 (100 epo
 
 from __future__ import annotations
 
-from configs import stl10_e2_ii, stl10_scale_ii, stl10_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    model = models.triple("stl10", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": stl10_e2_ii.get_config(),
-            "scale": stl10_scale_ii.get_config(),
-            "std": stl10_std.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.0001,
-        epoch_divisor=10,
-    )
+    return table3.config("stl10_triple")

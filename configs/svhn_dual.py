@@ -2,7 +2,7 @@
 
 Table 3, SVHN, II Dual (Scale & E(2); paper: 2.12% TE).
 
-Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale) is its own run in
+Two-phase training (invjax/training/plan.py). Phase 1: each stream (e2, scale) is its own run in
 ``DIR/streams/<stream>`` with its own recipe (``svhn_e2_ii.py``, ``svhn_scale_ii.py``). Phase 2 in
 ``DIR``: the streams are loaded and frozen; the Map-E(2) head (each stream's invariant features
 mapped to the E(2) stream's width, weighted sum) and the classifier train with the appendix table
@@ -13,22 +13,8 @@ recipe's epochs and schedule divided by 4 (40 epochs). Other heads (appendix A.1
 
 from __future__ import annotations
 
-from configs import svhn_e2_ii, svhn_scale_ii, svhn_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = svhn_std.get_config()
-    model = models.dual("svhn", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": svhn_e2_ii.get_config(),
-            "scale": svhn_scale_ii.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.0001,
-        epoch_divisor=4,
-    )
+    return table3.config("svhn_dual")

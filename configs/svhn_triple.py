@@ -2,7 +2,7 @@
 
 Table 3, SVHN, II Triple (Scale, E(2) & Std.; paper: 2.10% TE).
 
-Two-phase training (invjax/experiment.py). Phase 1: each stream (e2, scale, std) is its own run in
+Two-phase training (invjax/training/plan.py). Phase 1: each stream (e2, scale, std) is its own run in
 ``DIR/streams/<stream>`` with its own recipe (``svhn_e2_ii.py``, ``svhn_scale_ii.py``,
 ``svhn_std.py``). Phase 2 in ``DIR``: the streams are loaded and frozen; the Map-E(2) head (each
 stream's invariant features mapped to the E(2) stream's width, weighted sum) and the classifier
@@ -13,23 +13,8 @@ weight decay 0.0001, and the recipe's epochs and schedule divided by 4 (40 epoch
 
 from __future__ import annotations
 
-from configs import svhn_e2_ii, svhn_scale_ii, svhn_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = svhn_std.get_config()
-    model = models.triple("svhn", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": svhn_e2_ii.get_config(),
-            "scale": svhn_scale_ii.get_config(),
-            "std": svhn_std.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.0001,
-        epoch_divisor=4,
-    )
+    return table3.config("svhn_triple")

@@ -200,7 +200,9 @@ def _describe(plan, describe) -> str:
             lines.append(describe(stage.experiment, restored.step if restored else None))
         else:
             lines.append(f"{stage.name}: to run in {stage.workdir}")
-    return "\n".join(lines)
+    from invjax.training.plan import schedule_text
+
+    return "\n".join([*lines, schedule_text(plan)])
 
 
 def main(argv):

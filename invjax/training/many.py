@@ -115,6 +115,7 @@ def split(config):
     ValueError for a bad value, before anything is loaded."""
     seeds = seeds_of(config)
     _check_keys(config)
+    plan_lib.check_seeds(config)
     if seeds is not None and len(seeds) >= 2:
         return seeds, config
     if seeds is None and all(config.get(k) is None for k in KEYS):
