@@ -90,4 +90,15 @@ def load(path: str):
         return module.get_config(arg) if sep else module.get_config()
 
 
-__all__ = ["ConfigFileError", "load"]
+#: The submodules, imported on first use: ``import invjax.configs`` is enough for
+#: ``invjax.configs.models.get(...)`` (without loading the models for a bare :func:`load`).
+SUBMODULES = ("base", "common", "models", "table3")
+
+
+def __getattr__(name: str):
+    if name in SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ConfigFileError", "load", *SUBMODULES]
