@@ -7,6 +7,10 @@ import os
 import pathlib
 import subprocess
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses or training throughout
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "accelerator_check.sh"
 STEPS = (

@@ -93,6 +93,7 @@ def test_wrn_part_reads_the_config(bench):
     assert inv["basis_per_field_pair"]  # regular -> regular convolutions were found and counted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags,named",
     [

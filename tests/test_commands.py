@@ -241,11 +241,13 @@ def test_the_readme_has_commands_to_test():
     assert not unknown, f"KNOWN_BROKEN lists commands the README no longer has: {unknown}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", _params(readme_commands(README.read_text())))
 def test_readme_command(command, tmp_path):
     check_command(command, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,command", config_commands(), ids=[n for n, _ in config_commands()])
 def test_config_docstring_command(name, command, tmp_path):
     assert command == (f"python -m invjax.main --config=configs/{name}.py --workdir=runs/{name}"), (
@@ -254,6 +256,7 @@ def test_config_docstring_command(name, command, tmp_path):
     check_command(command, tmp_path)
 
 
+@pytest.mark.slow
 def test_every_cli_has_a_useful_help():
     for module, expect in (
         ("invjax.main", "--config.data.n_train"),
@@ -289,6 +292,7 @@ def test_commands_parser_finds_blocks_spans_and_continuations():
     ]
 
 
+@pytest.mark.slow
 def test_invariance_on_own_images_needs_no_dataset(tmp_path):
     """``--config`` of a real dataset (not prepared here) with ``--images``: no data is read."""
     images = tmp_path / "photos.npy"

@@ -80,6 +80,7 @@ def test_configs_load_alike_by_path_and_by_import():
         assert by_path.to_dict() == get(name).to_dict(), name
 
 
+@pytest.mark.slow
 def test_a_row_that_varies_another_loads_from_any_directory(tmp_path):
     """``configs/digits_e2.py`` imports ``configs.digits_std``: loaded by path from another
     working directory (its repository not on sys.path) it still loads, and sys.path is restored."""

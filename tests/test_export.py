@@ -416,6 +416,7 @@ print(json.dumps({"hidden": hidden, "invjax_loaded": any(m.startswith("invjax") 
 """
 
 
+@pytest.mark.slow
 def test_export_runs_without_invjax(tmp_path, digits16):
     """The saved file runs with jax and numpy alone: a fresh isolated interpreter (``-I``: no
     current directory or user site on the path) that cannot import invjax loads and runs it."""

@@ -115,6 +115,7 @@ def _run_and_kill(workdir, target_step, delay):
     return proc.wait()
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_point_then_resume_is_bit_identical(reference, tmp_path):
     ref_dir, _ = reference
     rng = random.Random()
@@ -171,6 +172,7 @@ def _start_and_signal(workdir, target_step, delay, signals, fault=None, between=
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_saves_at_the_step_reached_then_resume_is_bit_identical(reference, tmp_path, sig):
     ref_dir, _ = reference
@@ -233,6 +235,7 @@ def test_sigterm_mid_epoch_saves_that_exact_step(reference, tmp_path):
     _assert_resumed_bit_identical(ref_dir, workdir, "stopped at 13")
 
 
+@pytest.mark.slow
 def test_second_signal_during_the_save_corrupts_nothing(reference, tmp_path):
     """SIGTERM, then SIGINT while the stop's checkpoint is between orbax's commit and its
     integrity manifest (held open 1 s by tests/faults.py): the save completes all the same."""

@@ -12,6 +12,10 @@ import pathlib
 import subprocess
 import tarfile
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses or training throughout
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "launch" / "protocol_window.sh"
 SESSION = REPO / "launch" / "protocol_session.sh"

@@ -141,6 +141,7 @@ def test_platform_gpu_without_a_gpu_exits_2_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "r").exists() and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_tiny_study_end_to_end(tmp_path):
     out, runs = tmp_path / "out", tmp_path / "runs"
     cmd = [sys.executable, "launch/study.py", "--out", str(out), "--runs-dir", str(runs)]
