@@ -506,3 +506,15 @@ def test_quick_trial_dry_run_shows_every_stage_scaled(tmp_path):
     per_epoch = int(stages[0].split(" epochs x ")[1].split(" ")[0])
     assert steps == [3 * per_epoch, 2 * per_epoch, 3 * per_epoch, per_epoch]
     assert not work.exists()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_schedule_and_scale_keys_stay_overridable(name):
+    """``--config.train.lr_boundaries=(2,)`` and ``--config.phase1.<s>.train.epochs_scale=0.5``
+    reach every config: config_flags overrides a key by its type, and a plain None has none."""
+    config = get(name)
+    sections = [config.train] + [config.phase1[s].train for s in config.get("phase1") or {}]
+    for tc in sections:
+        assert tc.get_type("lr_boundaries") is tuple, name
+        assert tc.get_type("lr_boundary_fractions") is tuple, name
+        assert tc.get_type("epochs_scale") is float, name

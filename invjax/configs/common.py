@@ -21,6 +21,14 @@ from ml_collections import config_dict
 from invjax.models.multistream import PHASE2_TRAINABLE
 
 
+def schedule_fractions(tc, fractions: tuple) -> None:
+    """Give ``config.train``'s schedule as ``fractions`` of its epochs: ``lr_boundary_fractions``
+    set and ``lr_boundaries`` None (a typed placeholder, so that ``--config.train.lr_boundaries``
+    can still give it in epochs; a plain None could not be overridden)."""
+    tc.lr_boundaries = config_dict.placeholder(tuple)
+    tc.lr_boundary_fractions = tuple(fractions)
+
+
 def divide_epochs(tc, divisor: int) -> None:
     """Divide ``num_epochs`` and the schedule's boundaries of ``config.train`` by ``divisor``
     (boundaries given as fractions of the run stay as they are)."""
@@ -69,7 +77,7 @@ def two_phase(
             {"train": stream.train, "workdir": config_dict.placeholder(str)}
         )
         # None: the stream follows config.train.epochs_scale (a number: its own)
-        config.phase1[name].train.epochs_scale = None
+        config.phase1[name].train.epochs_scale = config_dict.placeholder(float)
     tc = config.train
     tc.phases = "two_phase"
     tc.trainable = PHASE2_TRAINABLE

@@ -166,8 +166,7 @@ def single(dataset: str, network: str, augment: str = "default") -> ml_collectio
     tc.learning_rate = learning_rate
     tc.weight_decay = weight_decay
     tc.num_epochs = recipe["num_epochs"]
-    tc.lr_boundaries = None  # the schedule is given as fractions of the run
-    tc.lr_boundary_fractions = fractions
+    common.schedule_fractions(tc, fractions)
     tc.lr_decay_factor = recipe["decay"]
     tc.select_best = False
     return config

@@ -22,6 +22,14 @@
     The multi-stream network trained as one run from random initialisation
     (``freeze_streams=False``; appendix B.2).
 
+Epochs and schedules. :func:`resolve` applies ``train.epochs_scale`` to every stage (each trains
+``max(1, round(num_epochs * scale))`` epochs; a phase-1 stream follows the run's scale unless its
+own ``config.phase1.<stream>.train.epochs_scale`` is set) and turns a schedule given as fractions
+of the run (``train.lr_boundary_fractions``) into epochs; :func:`check` runs on the result, and
+each run stores it. :func:`check_values` refuses out-of-range values first (NaN anywhere,
+probabilities and BatchNorm momenta outside [0, 1)); ``--dry_run`` prints
+:func:`schedule_text`: every stage's epochs, steps and schedule.
+
 Resuming and reuse. Every run of a phase is an ordinary run (contract 1): it resumes from its own
 checkpoints. A run whose ``results.json`` records all its epochs and whose stored config is this
 one is *finished*: it is reused, never recomputed, so restarting the command resumes whichever
