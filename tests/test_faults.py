@@ -196,6 +196,7 @@ def _read_only_dir(tmp_path):
     return None
 
 
+@pytest.mark.slow
 def test_workdir_problems_are_one_line_before_compute(tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
@@ -223,6 +224,7 @@ def test_workdir_problems_are_one_line_before_compute(tmp_path):
     assert ro is not None, "no read-only directory to test on this machine"
 
 
+@pytest.mark.slow
 def test_too_little_free_space_stops_before_compute_leaving_no_directory(tmp_path):
     wd = tmp_path / "new" / "w"
     proc = run_main(str(wd), fault=f"free_bytes:{1 << 20}")
@@ -241,6 +243,7 @@ def _assert_same_final_state(reference, wd):
     assert ra["test_error"] == rb["test_error"]
 
 
+@pytest.mark.slow
 def test_full_disk_during_training_keeps_the_last_checkpoint_and_resumes(finished, tmp_path):
     """ENOSPC from the 8th write of step 4's save on (orbax's ``_METADATA`` of the state, after
     its arrays): one line, exit 1, nothing of step 4 left, step 2 verified; orbax's report of
@@ -452,6 +455,7 @@ def test_damaged_steps_without_manifests_are_not_loaded(finished, tmp_path):
     _assert_same_final_state(finished, wd)
 
 
+@pytest.mark.slow
 def test_other_failed_write_stops_with_one_message_keeping_checkpoints(tmp_path):
     wd = tmp_path / "w"
     (wd / "results.json.tmp").mkdir(parents=True)  # results.json cannot be written
@@ -467,6 +471,7 @@ def test_other_failed_write_stops_with_one_message_keeping_checkpoints(tmp_path)
 # ----------------------------------------------------------------------------- metrics.jsonl
 
 
+@pytest.mark.slow
 def test_deleted_metrics_are_rebuilt_from_the_checkpoint(finished, tmp_path):
     wd = str(tmp_path / "w")
     shutil.copytree(finished, wd)
@@ -501,6 +506,7 @@ def run_invariance(capsys, monkeypatch, *args):
     return status, out, err
 
 
+@pytest.mark.slow
 def test_invariance_rejects_bad_images_and_another_models_checkpoint(
     finished, tmp_path, capsys, monkeypatch
 ):

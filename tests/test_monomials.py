@@ -136,6 +136,7 @@ def test_pruning_schedule_keeps_one_feature_per_channel():
     assert np.all(np.abs(terms[..., ~dead]).sum((0, 1)) > 0)
 
 
+@pytest.mark.slow
 def test_monomial_network_learns_on_a_small_split():
     """100 steps on 200 scaled digits (the configs' head: per channel, log A, BN after II): far
     below chance (90%) on 300 held-out digits."""

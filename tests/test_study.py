@@ -203,6 +203,7 @@ def _study_monomial_net(output: str):
     return models.build(config.model)
 
 
+@pytest.mark.slow
 def test_study_monomial_network_leaves_chance_with_log_features():
     """Regression: with eq. 6's ratio A the monomial features spread over decades across images,
     fc1 -> BatchNorm is dominated by the largest one and the network predicted one class (test

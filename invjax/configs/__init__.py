@@ -8,7 +8,11 @@ it the same way:
 * :mod:`invjax.configs.base`: ``get_config()`` with every key and its default;
 * :mod:`invjax.configs.models`: the model section of every architecture in the paper's appendix
   and :data:`~invjax.configs.models.MODELS`, the registry of their names;
-* :mod:`invjax.configs.common`: the two-phase multi-stream helpers.
+* :mod:`invjax.configs.common`: the two-phase multi-stream helpers;
+* :mod:`invjax.configs.table3`: the paper's Table 3 rows, from one table of their differences.
+
+``import invjax.configs`` is enough to use them (``invjax.configs.models.get(...)``): each is
+imported on first use.
 
 A config of your own starts from a shipped one in either of two ways::
 
