@@ -219,7 +219,7 @@ def test_two_phase_configs_follow_the_paper(ds, kind):
     assert plan.stream_names(config) == streams
     files = {"e2": f"{ds}_e2_ii", "scale": f"{ds}_scale_ii", "std": f"{ds}_std"}
     for s in streams:
-        own = plan.resolve(get(files[s]))  # as it trains (the schedule in epochs)
+        own = get(files[s])
         phase1 = plan.stream_config(config, s)
         a, b = flat_config(phase1), flat_config(own)
         diff = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
@@ -295,7 +295,7 @@ def test_three_standard_streams_are_three_runs():
     """Table 4's control: standard WRNs in all three slots, phase-1 seeds 0, 1, 2 (not one run
     three times), each the ``stl10_std`` experiment otherwise."""
     config = get("stl10_triple_std")
-    own = plan.resolve(get("stl10_std"))
+    own = get("stl10_std")
     seeds = set()
     for slot in ("e2", "scale", "std"):
         assert config.model.streams[slot].family == "std"

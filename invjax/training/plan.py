@@ -328,10 +328,10 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     the multi-stream ``width_divisor`` if one is set, and the network's ``num_classes``); train
     ``config.phase1.<name>.train``. Built with the same keys as a single-stream config file, so
     that a run of, e.g., ``configs/cifar10_e2_ii.py`` with the same data and seed is the same
-    experiment and can be reused through ``config.phase1.<name>.workdir``. Epochs and schedule
-    as :func:`resolve` makes them.
+    experiment and can be reused through ``config.phase1.<name>.workdir``. Of a config not yet
+    :func:`resolve`-d, the stream's ``train.epochs_scale`` is the one it trains with (its own,
+    else the run's), so that it equals the stream's own config file's at the same scale.
     """
-    config = resolve(config)
     c = ml_collections.ConfigDict()
     # seed_offset: streams of one family in several slots (Table 4's three standard streams)
     # must not be the same run.
@@ -355,14 +355,16 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     c.train = _copy(config.phase1[name].train)
     with c.train.unlocked():
         c.train.phases = "single"
+        if "epochs_scale" in c.train and c.train.epochs_scale is None:  # follows the run's
+            scale = config.train.get("epochs_scale")
+            c.train.epochs_scale = 1.0 if scale is None else scale
     return c
 
 
 def head_config(config, workdir: str) -> ml_collections.ConfigDict:
     """Phase 2's config: ``config`` with ``train.init_from`` = every stream's phase-1 run (whole
-    variable trees, copied under the stream's name; their classifiers are left out); epochs
-    and schedule as :func:`resolve` makes them."""
-    c = resolve(config).copy_and_resolve_references()
+    variable trees, copied under the stream's name; their classifiers are left out)."""
+    c = config.copy_and_resolve_references()
     with c.unlocked():
         c.train.init_from = tuple(
             (stream_workdir(config, workdir, s), "", s) for s in stream_names(config)
