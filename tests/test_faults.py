@@ -305,6 +305,7 @@ def _save_until_it_fits(wd, make_fault):
     return messages
 
 
+@pytest.mark.slow
 def test_full_disk_at_every_python_write_of_a_save(tmp_path, monkeypatch, capfd):
     """ENOSPC from the k-th file write of the save on, for k = 1, 2, ... until the save fits:
     every directory, file and rename orbax makes in Python (tmp dirs, metadata, meta JSON,
