@@ -13,22 +13,8 @@ appendix table "Classification head HPs on CIFAR-10": batch 128, learning rate 0
 
 from __future__ import annotations
 
-from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = cifar10_std.get_config()
-    model = models.dual("cifar10", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": cifar10_e2_ii.get_config(),
-            "scale": cifar10_scale_ii.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.001,
-        epoch_divisor=4,
-    )
+    return table3.config("cifar10_dual")

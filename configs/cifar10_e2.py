@@ -13,16 +13,8 @@ rate x0.2 every 60 epochs, i.e. after 60, 120 and 180; the paper's WRN recipe de
 
 from __future__ import annotations
 
-from configs import cifar10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = cifar10_std.get_config()
-    config.model = models.e2("cifar10", "pool")
-    config.train.batch_size = 128
-    config.train.learning_rate = 0.1
-    config.train.weight_decay = 0.0005
-    config.train.lr_boundaries = (60, 120, 180)  # e2cnn: --lr_decay_epoch=60 over 200 epochs
-    config.train.lr_decay_factor = 0.2
-    return config
+    return table3.config("cifar10_e2")

@@ -10,14 +10,8 @@ CIFAR-10": batch 96, learning rate 0.005, weight decay 0.005, dropout in the mod
 
 from __future__ import annotations
 
-from configs import cifar10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = cifar10_std.get_config()
-    config.model = models.e2("cifar10", "ii")
-    config.train.batch_size = 96
-    config.train.learning_rate = 0.005
-    config.train.weight_decay = 0.005
-    return config
+    return table3.config("cifar10_e2_ii")

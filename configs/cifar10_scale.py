@@ -9,11 +9,8 @@ hyperparameters: DISCO has no CIFAR-10 recipe: the baseline's (std) hyperparamet
 
 from __future__ import annotations
 
-from configs import cifar10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = cifar10_std.get_config()
-    config.model = models.scale("cifar10", "pool")
-    return config
+    return table3.config("cifar10_scale")

@@ -11,14 +11,8 @@ stream in the multi-stream configs.
 
 from __future__ import annotations
 
-from configs import cifar10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = cifar10_std.get_config()
-    config.model = models.scale("cifar10", "ii")
-    config.train.batch_size = 128
-    config.train.learning_rate = 0.1
-    config.train.weight_decay = 0.0005
-    return config
+    return table3.config("cifar10_scale_ii")

@@ -14,23 +14,8 @@ epochs). Other heads (appendix A.1): ``--config.model.head=concat|map_scale|map_
 
 from __future__ import annotations
 
-from configs import cifar10_e2_ii, cifar10_scale_ii, cifar10_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = cifar10_std.get_config()
-    model = models.triple("cifar10", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": cifar10_e2_ii.get_config(),
-            "scale": cifar10_scale_ii.get_config(),
-            "std": cifar10_std.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.001,
-        epoch_divisor=4,
-    )
+    return table3.config("cifar10_triple")

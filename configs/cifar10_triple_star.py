@@ -9,11 +9,8 @@ tune them again).
 
 from __future__ import annotations
 
-from configs import cifar10_triple
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = cifar10_triple.get_config()
-    config.model = models.triple("cifar10", "map_e2", constant_params=True)
-    return config
+    return table3.config("cifar10_triple_star")

@@ -10,7 +10,7 @@ test; with width 16 and lr 0.02: 26.18% in 66 s).
 
 from __future__ import annotations
 
-from invjax.configs import base
+from invjax.configs import base, common
 
 
 def get_config():
@@ -24,7 +24,7 @@ def get_config():
     config.train.weight_decay = 1e-5
     config.train.batch_size = 64
     config.train.num_epochs = 30
-    config.train.lr_boundaries = (20, 25)
+    common.schedule_fractions(config.train, (2 / 3, 5 / 6))  # after 20 and 25 of 30 epochs
     config.train.lr_decay_factor = 0.1
     config.train.select_best = True
     return config

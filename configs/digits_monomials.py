@@ -17,6 +17,7 @@ alternatives are in docs/monomials.md).
 from __future__ import annotations
 
 from configs import mnist_ii_disco_monomials
+from invjax.configs import common
 from invjax.groups import DEFAULT_SCALES
 
 
@@ -45,6 +46,6 @@ def get_config():
     # 24 epochs (408 steps with all the data): the 12 of the first study's 200-step rule leave it
     # unconverged (all data, seed 0: 13.65% -> 4.18% test error; docs/monomials.md)
     config.train.num_epochs = 24
-    config.train.lr_boundaries = (16,)
+    common.schedule_fractions(config.train, (2 / 3,))  # after 16 of 24 epochs
     m.prune_epochs = (2, 4)  # 5 and 10 of 60 epochs, scaled to 24 (plan.prune_epochs)
     return config

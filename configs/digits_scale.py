@@ -17,5 +17,5 @@ def get_config():
     # The costliest stream on a CPU (three scales of 5x5 filters): 8 epochs instead of 12 keep
     # the default job (digits_triple.py) near 5 minutes on 2 cores.
     config.train.num_epochs = 8
-    config.train.lr_boundaries = (6,)
+    config.train.lr_boundary_fractions = (0.75,)  # after 6 of 8 epochs
     return config

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from invjax.configs import base
+from invjax.configs import base, common
 from invjax.groups import DEFAULT_SCALES
 from invjax.models.wrn import DEFAULT_DOWNSAMPLE
 
@@ -59,7 +59,7 @@ def get_config():
     config.train.weight_decay = 1e-5
     config.train.batch_size = 64
     config.train.num_epochs = 12
-    config.train.lr_boundaries = (8,)
+    common.schedule_fractions(config.train, (2 / 3,))  # after 8 of 12 epochs
     config.train.lr_decay_factor = 0.1
     config.train.select_best = True
     return config

@@ -9,11 +9,8 @@ them again).
 
 from __future__ import annotations
 
-from configs import stl10_dual
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_dual.get_config()
-    config.model = models.dual("stl10", "map_e2", constant_params=True)
-    return config
+    return table3.config("stl10_dual_star")

@@ -14,16 +14,8 @@ per stream (invjax/configs/models.py).
 
 from __future__ import annotations
 
-from configs import stl10_scale_ii, stl10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    config.model = models.dual("stl10", "map_e2", constant_params=True, freeze_streams=False)
-    config.train.phases = "end_to_end"
-    scale = stl10_scale_ii.get_config().train
-    config.train.batch_size = scale.batch_size
-    config.train.learning_rate = scale.learning_rate
-    config.train.weight_decay = scale.weight_decay
-    return config
+    return table3.config("stl10_dual_star_end_to_end")

@@ -9,14 +9,8 @@ hyperparameters: e2cnn's STL-10 recipe (lr 0.1, weight decay 5e-4, batch 128, dr
 
 from __future__ import annotations
 
-from configs import stl10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    config.model = models.e2("stl10", "pool")
-    config.train.batch_size = 128
-    config.train.learning_rate = 0.1
-    config.train.weight_decay = 0.0005
-    return config
+    return table3.config("stl10_e2")

@@ -10,14 +10,8 @@ on STL-10": batch 96, learning rate 0.002, weight decay 0.01, dropout in the mod
 
 from __future__ import annotations
 
-from configs import stl10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    config.model = models.e2("stl10", "ii")
-    config.train.batch_size = 96
-    config.train.learning_rate = 0.002
-    config.train.weight_decay = 0.01
-    return config
+    return table3.config("stl10_e2_ii")

@@ -9,14 +9,8 @@ hyperparameters: DISCO's STL-10 recipe (lr 0.05, weight decay 1e-3, batch 64, dr
 
 from __future__ import annotations
 
-from configs import stl10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    config.model = models.scale("stl10", "pool")
-    config.train.batch_size = 64
-    config.train.learning_rate = 0.05
-    config.train.weight_decay = 0.001
-    return config
+    return table3.config("stl10_scale")

@@ -11,14 +11,8 @@ in the multi-stream configs.
 
 from __future__ import annotations
 
-from configs import stl10_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    config.model = models.scale("stl10", "ii")
-    config.train.batch_size = 96
-    config.train.learning_rate = 0.02
-    config.train.weight_decay = 0.001
-    return config
+    return table3.config("stl10_scale_ii")

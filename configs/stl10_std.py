@@ -2,7 +2,7 @@
 
 Table 3, STL-10, single stream, standard convolutions (the baseline; paper: 12.02% TE).
 
-WRN16-8 with global average pooling. Also the dataset recipe that every STL-10 config imports: SGD
+WRN16-8 with global average pooling. Its recipe is every STL-10 row's (invjax/configs/table3.py): SGD
 with Nesterov momentum 0.9, 1000 epochs, learning rate x0.2 after 300, 400, 600 and 800 epochs,
 random pad-12 crops, horizontal flips and Cutout (appendix C.4). Full data: the whole training
 split trains (``data.val_fraction=0``: the paper's 80:20 split was for the HP search only);
@@ -12,23 +12,8 @@ e2cnn / Cutout for STL-10 (lr 0.1, weight decay 5e-4, batch 128, dropout 0.3).
 
 from __future__ import annotations
 
-from invjax.configs import base, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = base.get_config()
-    config.data.name = "stl10"
-    config.data.val_fraction = 0.0
-    config.data.augment = "default"  # crop_flip_cutout
-    config.model = models.std("stl10")
-    config.train.optimizer = "sgd"
-    config.train.momentum = 0.9
-    config.train.nesterov = True
-    config.train.batch_size = 128
-    config.train.learning_rate = 0.1
-    config.train.weight_decay = 0.0005
-    config.train.num_epochs = 1000
-    config.train.lr_boundaries = (300, 400, 600, 800)
-    config.train.lr_decay_factor = 0.2
-    config.train.select_best = False
-    return config
+    return table3.config("stl10_std")

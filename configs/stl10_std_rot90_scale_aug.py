@@ -11,10 +11,8 @@ mean-colour fill, then the standard augmentation).
 
 from __future__ import annotations
 
-from configs import stl10_std
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    config.data.augment = "crop_flip_cutout_rot90_scale"
-    return config
+    return table3.config("stl10_std_rot90_scale_aug")

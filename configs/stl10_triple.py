@@ -13,23 +13,8 @@ weight decay 0.0001, and the recipe's epochs and schedule divided by 10 (100 epo
 
 from __future__ import annotations
 
-from configs import stl10_e2_ii, stl10_scale_ii, stl10_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    model = models.triple("stl10", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": stl10_e2_ii.get_config(),
-            "scale": stl10_scale_ii.get_config(),
-            "std": stl10_std.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.0001,
-        epoch_divisor=10,
-    )
+    return table3.config("stl10_triple")

@@ -10,12 +10,8 @@ of Table 4: ``stl10_triple_scalepool.py`` (E(2)-II, Scale pooling: 6.34%),
 
 from __future__ import annotations
 
-from configs import stl10_e2, stl10_triple
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_triple.get_config()
-    config.model = models.triple("stl10", "map_e2", e2_head="pool")
-    config.phase1.e2.train = stl10_e2.get_config().train
-    return config
+    return table3.config("stl10_triple_e2pool")

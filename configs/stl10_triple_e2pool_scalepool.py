@@ -8,13 +8,8 @@ trains them with their baselines' recipes (``stl10_e2.py``, ``stl10_scale.py``).
 
 from __future__ import annotations
 
-from configs import stl10_e2, stl10_scale, stl10_triple
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_triple.get_config()
-    config.model = models.triple("stl10", "map_e2", e2_head="pool", scale_head="pool")
-    config.phase1.e2.train = stl10_e2.get_config().train
-    config.phase1.scale.train = stl10_scale.get_config().train
-    return config
+    return table3.config("stl10_triple_e2pool_scalepool")

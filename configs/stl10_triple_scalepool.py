@@ -8,12 +8,8 @@ trains that stream with its own recipe (``stl10_scale.py``: DISCO's hyperparamet
 
 from __future__ import annotations
 
-from configs import stl10_scale, stl10_triple
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_triple.get_config()
-    config.model = models.triple("stl10", "map_e2", scale_head="pool")
-    config.phase1.scale.train = stl10_scale.get_config().train
-    return config
+    return table3.config("stl10_triple_scalepool")

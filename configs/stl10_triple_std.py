@@ -12,23 +12,8 @@ the Map head and the classifier as in ``stl10_triple.py``.
 
 from __future__ import annotations
 
-from configs import stl10_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = stl10_std.get_config()
-    model = models.triple_std("stl10", "map_e2")
-    recipe = stl10_std.get_config()
-    config = common.two_phase(
-        config,
-        model,
-        {"e2": recipe, "scale": recipe, "std": recipe},
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.0001,
-        epoch_divisor=10,
-    )
-    for offset, slot in enumerate(("e2", "scale", "std")):
-        config.phase1[slot].seed_offset = offset
-    return config
+    return table3.config("stl10_triple_std")

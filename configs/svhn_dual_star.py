@@ -9,11 +9,8 @@ them again).
 
 from __future__ import annotations
 
-from configs import svhn_dual
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = svhn_dual.get_config()
-    config.model = models.dual("svhn", "map_e2", constant_params=True)
-    return config
+    return table3.config("svhn_dual_star")

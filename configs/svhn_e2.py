@@ -9,11 +9,8 @@ has no SVHN recipe: the baseline's (std) hyperparameters.
 
 from __future__ import annotations
 
-from configs import svhn_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = svhn_std.get_config()
-    config.model = models.e2("svhn", "pool")
-    return config
+    return table3.config("svhn_e2")

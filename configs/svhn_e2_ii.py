@@ -10,14 +10,8 @@ section (invjax/configs/models.py). Also phase 1's recipe of the E(2) stream in 
 
 from __future__ import annotations
 
-from configs import svhn_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = svhn_std.get_config()
-    config.model = models.e2("svhn", "ii")
-    config.train.batch_size = 128
-    config.train.learning_rate = 0.005
-    config.train.weight_decay = 0.005
-    return config
+    return table3.config("svhn_e2_ii")

@@ -11,14 +11,8 @@ of the Scale stream in the multi-stream configs.
 
 from __future__ import annotations
 
-from configs import svhn_std
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = svhn_std.get_config()
-    config.model = models.scale("svhn", "ii")
-    config.train.batch_size = 128
-    config.train.learning_rate = 0.2
-    config.train.weight_decay = 0.0001
-    return config
+    return table3.config("svhn_scale_ii")

@@ -13,23 +13,8 @@ weight decay 0.0001, and the recipe's epochs and schedule divided by 4 (40 epoch
 
 from __future__ import annotations
 
-from configs import svhn_e2_ii, svhn_scale_ii, svhn_std
-from invjax.configs import common, models
+from invjax.configs import table3
 
 
 def get_config():
-    config = svhn_std.get_config()
-    model = models.triple("svhn", "map_e2")
-    return common.two_phase(
-        config,
-        model,
-        {
-            "e2": svhn_e2_ii.get_config(),
-            "scale": svhn_scale_ii.get_config(),
-            "std": svhn_std.get_config(),
-        },
-        batch_size=128,
-        learning_rate=0.01,
-        weight_decay=0.0001,
-        epoch_divisor=4,
-    )
+    return table3.config("svhn_triple")

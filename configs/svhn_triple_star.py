@@ -9,11 +9,8 @@ tune them again).
 
 from __future__ import annotations
 
-from configs import svhn_triple
-from invjax.configs import models
+from invjax.configs import table3
 
 
 def get_config():
-    config = svhn_triple.get_config()
-    config.model = models.triple("svhn", "map_e2", constant_params=True)
-    return config
+    return table3.config("svhn_triple_star")

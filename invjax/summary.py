@@ -1,14 +1,17 @@
 """Parameter counts and layer tables of the networks (no data, no training; shapes only).
 
 python -m invjax.summary svhn_e2_ii cifar10_triple   # model names (invjax/configs/models.py) or
-                                                     # config names (./configs/NAME.py)
-python -m invjax.summary --config=configs/NAME.py    # config.model of an experiment file
+                                                     # config names (configs/NAME.py)
+python -m invjax.summary configs/NAME.py             # config.model of an experiment file
+python -m invjax.summary --config=configs/NAME.py    # the same
 python -m invjax.summary --all                       # one line per model, beside the peers' counts
 
 Each model is initialised abstractly (``jax.eval_shape``), so even WRN28-10 takes seconds. The
 input shape follows the dataset (SVHN / CIFAR-10 32x32x3, STL-10 96x96x3, Scaled-MNIST
 28x28x1) unless ``--input_shape=H,W,C`` is given. ``--all`` prints, where the peers have the same
 network, the peer's own count (:mod:`invjax.models.peers`: measured by building it in PyTorch).
+A config name is looked up in ``./configs``, then in the ``configs/`` of the checkout invjax is
+installed from, so it works from any directory; a config path works anywhere.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import difflib
 import pathlib
 import sys
 
+import invjax
 from invjax import configs
 from invjax.configs import models as model_configs
 from invjax.data import DATASETS
@@ -57,13 +61,29 @@ def _parse_shape(text):
     return shape
 
 
-#: Where config names are looked up: the repository's rows, relative to the working directory.
+#: Where config names are looked up first: the rows of the checkout in the working directory.
 CONFIG_DIR = pathlib.Path("configs")
 
 
+def config_dirs() -> list[pathlib.Path]:
+    """Where a config name is looked up, in order: ``./configs`` and the ``configs/`` beside the
+    invjax package (a checkout installed with ``pip install -e .``, run from anywhere)."""
+    beside = pathlib.Path(invjax.__file__).resolve().parents[1] / "configs"
+    dirs = dict.fromkeys(d.resolve() for d in (CONFIG_DIR, beside) if d.is_dir())
+    return list(dirs)
+
+
+def config_file(name: str) -> pathlib.Path | None:
+    """``NAME.py`` of the first of :func:`config_dirs` that holds it, else None."""
+    for d in config_dirs():
+        if (d / f"{name}.py").is_file() and name != "__init__":
+            return d / f"{name}.py"
+    return None
+
+
 def config_names() -> list[str]:
-    """The experiment configs ``./configs/NAME.py`` (none outside a checkout of the repository)."""
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.py") if p.stem != "__init__")
+    """The experiment config names of :func:`config_dirs` (none where neither exists)."""
+    return sorted({p.stem for d in config_dirs() for p in d.glob("*.py") if p.stem != "__init__"})
 
 
 def _model_and_data(cfg):
@@ -93,8 +113,9 @@ def resolve(name: str):
     if name.endswith(".py") or "/" in name:
         model_cfg, data = load_config(name)
         return model_cfg, data or pathlib.Path(name).stem
-    if name in config_names():
-        model_cfg, data = _model_and_data(configs.load(str(CONFIG_DIR / f"{name}.py")))
+    path = config_file(name)
+    if path is not None:
+        model_cfg, data = _model_and_data(configs.load(str(path)))
         return model_cfg, data or name
     known = list(dict.fromkeys(sorted(model_configs.MODELS) + config_names()))
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)

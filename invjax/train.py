@@ -113,7 +113,7 @@ def _describe_plan(plan, describe) -> str:
             lines.append(describe(stage.experiment, restored.step if restored else None))
         else:
             lines.append(f"{stage.name}: to run in {stage.workdir}")
-    return "\n".join(lines)
+    return "\n".join([*lines, plan_lib.schedule_text(plan)])
 
 
 def train_and_evaluate(

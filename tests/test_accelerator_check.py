@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses or training throughout
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "accelerator_check.sh"
 STEPS = (
@@ -39,7 +41,6 @@ def run(tmp_path, **env):
     return out, proc.stdout
 
 
-@pytest.mark.slow
 def test_only_protocol_runs_the_digits_study_step_alone(tmp_path):
     # The RBF-SVM family: its six tuning fits and one main fit take seconds, and land as rows
     # of the record exactly as the networks' runs do.

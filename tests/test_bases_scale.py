@@ -149,6 +149,7 @@ def _noise(seed, n=32, count=2):
     return md.random_images(seed, count, n, np.float32)
 
 
+@pytest.mark.slow
 def test_generator_least_squares_is_the_minimum_of_the_direct_objective():
     """The quadratic form equals the objective evaluated with conv2d + bicubic scaling, the
     normal-equation solution beats Adam and random perturbations, and generalises to new noise."""

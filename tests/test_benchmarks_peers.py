@@ -33,6 +33,7 @@ def bench():
 TINY = ["--no-peer", "--fields", "2", "--size", "9", "--batch", "2", "--repeats", "1"]
 
 
+@pytest.mark.slow
 def test_layer_and_equivariance_without_peer(bench, tmp_path, capsys):
     out = tmp_path / "peers.json"
     res = bench.main(
@@ -82,6 +83,7 @@ def test_calibration_follows_the_frameworks_labels(bench):
     assert bench.equivariance_errors(y, shifted, labels)["rot45"] > 5 * a["rot45"]
 
 
+@pytest.mark.slow
 def test_wrn_part_reads_the_config(bench):
     res = bench.main(
         ["--no-peer", "--parts", "wrn", "--size", "8", "--batch", "2", "--wrn-repeats", "1"]
@@ -93,6 +95,7 @@ def test_wrn_part_reads_the_config(bench):
     assert inv["basis_per_field_pair"]  # regular -> regular convolutions were found and counted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags,named",
     [

@@ -139,6 +139,7 @@ def finished(tmp_path_factory):
     return workdir, config, results, calls, final
 
 
+@pytest.mark.slow
 def test_saves_at_interval_and_epoch_ends_keeping_n(finished):
     workdir, _, results, _, final = finished
     # every 3 steps (3, 6) and at epoch ends (4, 8); keep_checkpoints=3 dropped step 3.
@@ -148,12 +149,14 @@ def test_saves_at_interval_and_epoch_ends_keeping_n(finished):
     assert results["steps"] == 8 and results["epochs"] == 2
 
 
+@pytest.mark.slow
 def test_on_epoch_end_runs_and_persists(finished):
     _, _, _, calls, final = finished
     assert calls == [0, 1, 2]  # before the first step, then after each epoch
     assert float(final.state["extra"]["counters"]["epochs"]) == 2.0
 
 
+@pytest.mark.slow
 def test_load_params_gives_the_selected_variables(finished):
     workdir, _, results, _, final = finished
     variables = checkpoint.load_params(workdir)
@@ -162,6 +165,7 @@ def test_load_params_gives_the_selected_variables(finished):
     assert results["selected_epoch"] in (1, 2)
 
 
+@pytest.mark.slow
 def test_corrupt_latest_checkpoint_is_skipped_with_warning(finished, tmp_path, caplog):
     workdir0, config, results0, _, final0 = finished
     workdir = str(tmp_path / "run")
@@ -186,6 +190,7 @@ def test_corrupt_latest_checkpoint_is_skipped_with_warning(finished, tmp_path, c
     assert len(moved) == 1 and moved[0].startswith("8-")
 
 
+@pytest.mark.slow
 def test_unreadable_checkpoints_stop_before_compute(finished, tmp_path):
     workdir0, config, _, _, _ = finished
     workdir = str(tmp_path / "run")
@@ -203,6 +208,7 @@ def test_unreadable_checkpoints_stop_before_compute(finished, tmp_path):
     assert snapshot(workdir) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, match",
     [
@@ -240,6 +246,7 @@ class RGB32(nn.Module):
 models.register("test_rgb32")(lambda cfg: RGB32(cfg.num_classes))
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_naming_the_step_and_keeps_last_good_checkpoint(tmp_path):
     workdir = str(tmp_path / "run")
     config = tiny_config(checkpoint_every_steps=2)
@@ -274,6 +281,7 @@ class TwoStream(nn.Module):
 models.register("test_two_stream")(lambda cfg: TwoStream())
 
 
+@pytest.mark.slow
 def test_phase_two_loads_a_stream_and_keeps_it_frozen(finished, tmp_path):
     stream_dir = finished[0]
     source = checkpoint.load_params(stream_dir)  # the stream run's selected variables
@@ -298,6 +306,7 @@ def test_phase_two_loads_a_stream_and_keeps_it_frozen(finished, tmp_path):
             assert not np.array_equal(x, y), part
 
 
+@pytest.mark.slow
 def test_a_step_without_manifest_is_not_loaded_unless_trusted(finished, tmp_path, caplog):
     workdir0, *_ = finished
     workdir = str(tmp_path / "run")
@@ -326,6 +335,7 @@ def test_a_step_without_manifest_is_not_loaded_unless_trusted(finished, tmp_path
     assert checkpoint.restore_latest(workdir).step == 8
 
 
+@pytest.mark.slow
 def test_a_step_killed_before_its_manifest_is_not_loaded_until_trusted(finished, tmp_path, caplog):
     """A kill between orbax's commit and the manifest leaves the save's pending marker and no
     manifest. The marker says why the manifest is missing, not that the files are sound, so the
@@ -434,6 +444,7 @@ def test_every_saved_step_lists_all_its_files(finished):
         assert set(_intact_manifest(workdir, step)) == files
 
 
+@pytest.mark.slow
 def test_no_verified_step_stops_naming_how_to_load_one(finished, tmp_path):
     workdir0, config, *_ = finished
     workdir = str(tmp_path / "run")
@@ -448,6 +459,7 @@ def test_no_verified_step_stops_naming_how_to_load_one(finished, tmp_path):
     assert snapshot(workdir) == before
 
 
+@pytest.mark.slow
 def test_manifests_work_through_epath_on_a_remote_path(finished, tmp_path):
     """Manifest writing and checking on ``gs://bucket/run``, its etils.epath backend mocked onto
     a local copy (a real bucket is not reachable here; the arrays stay orbax's business)."""

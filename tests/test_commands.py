@@ -41,11 +41,7 @@ CONFIGS = REPO / "configs"
 HELPERS = ("__init__",)  # configs/ modules that are not experiments
 PREPARE = "python -m invjax.data.prepare"
 # Command (as written) -> why it is expected to fail on this branch.
-KNOWN_BROKEN: dict[str, str] = {
-    "python3 -m invjax.main --config=configs/digits_triple.py --workdir=runs/try "
-    "--config.train.epochs_scale=0.25": "the train.epochs_scale key is added by another change",
-    'python3 -m pip install -e ".[tensorboard]"': "the tensorboard extra is added by another change",
-}
+KNOWN_BROKEN: dict[str, str] = {}
 # Minutes of work even when cheap: only the program's --help is checked.
 HEAVY = {"python -m invjax.summary --all": "builds every full-size network of the paper"}
 # Run by pytest itself (this suite): not run again from inside it.
@@ -248,11 +244,13 @@ def test_the_readme_has_commands_to_test():
     assert not unknown, f"KNOWN_BROKEN lists commands the README no longer has: {unknown}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", _params(readme_commands(README.read_text())))
 def test_readme_command(command, tmp_path):
     check_command(command, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,command", config_commands(), ids=[n for n, _ in config_commands()])
 def test_config_docstring_command(name, command, tmp_path):
     assert command == (f"python -m invjax.main --config=configs/{name}.py --workdir=runs/{name}"), (
@@ -261,6 +259,7 @@ def test_config_docstring_command(name, command, tmp_path):
     check_command(command, tmp_path)
 
 
+@pytest.mark.slow
 def test_every_cli_has_a_useful_help():
     for module, expect in (
         ("invjax.main", "--config.data.n_train"),
@@ -296,6 +295,7 @@ def test_commands_parser_finds_blocks_spans_and_continuations():
     ]
 
 
+@pytest.mark.slow
 def test_invariance_on_own_images_needs_no_dataset(tmp_path):
     """``--config`` of a real dataset (not prepared here) with ``--images``: no data is read."""
     images = tmp_path / "photos.npy"

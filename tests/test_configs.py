@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import math
 import os
 import pathlib
@@ -21,9 +22,10 @@ import pytest
 import invjax
 from invjax import configs as invjax_configs
 from invjax import data, models
+from invjax.configs import table3
 from invjax.training import plan
 from invjax.training.experiment import flat_config
-from invjax.training.optimizer import validate_train_config
+from invjax.training.optimizer import boundaries_in_epochs, validate_train_config
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 FILES = sorted(p for p in CONFIGS.glob("*.py") if p.stem != "__init__")
@@ -78,8 +80,9 @@ def test_configs_load_alike_by_path_and_by_import():
         assert by_path.to_dict() == get(name).to_dict(), name
 
 
+@pytest.mark.slow
 def test_a_row_that_varies_another_loads_from_any_directory(tmp_path):
-    """``configs/cifar10_e2.py`` imports ``configs.cifar10_std``: loaded by path from another
+    """``configs/digits_e2.py`` imports ``configs.digits_std``: loaded by path from another
     working directory (its repository not on sys.path) it still loads, and sys.path is restored."""
     root = str(CONFIGS.parent)
     script = (
@@ -89,16 +92,16 @@ def test_a_row_that_varies_another_loads_from_any_directory(tmp_path):
         f"sys.path.remove({root!r})\n"
         "assert 'configs' not in sys.modules\n"
         "before = list(sys.path)\n"
-        f"c = load({str(CONFIGS / 'cifar10_e2.py')!r})\n"
+        f"c = load({str(CONFIGS / 'digits_e2.py')!r})\n"
         "assert sys.path == before\n"
-        "print(c.data.name, c.train.lr_boundaries)\n"
+        "print(c.data.name, c.model.family)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
         [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["cifar10", "(60,", "120,", "180)"]
+    assert proc.stdout.split() == ["scaled_digits", "e2"]
 
 
 def test_helpers_ship_in_the_package_and_no_configs_package_is_installed():
@@ -191,7 +194,7 @@ def test_single_stream_hyperparameters(name, batch, lr, wd, dropout):
     opt, nesterov, epochs, bounds, factor, aug, _ = RECIPES[ds]
     tc = config.train
     assert (tc.optimizer, tc.momentum, bool(tc.nesterov)) == (opt, 0.9, nesterov)
-    assert (tc.num_epochs, tuple(tc.lr_boundaries), tc.lr_decay_factor) == (epochs, bounds, factor)
+    assert (tc.num_epochs, boundaries_in_epochs(tc), tc.lr_decay_factor) == (epochs, bounds, factor)
     assert (tc.batch_size, tc.learning_rate, tc.weight_decay) == (batch, lr, wd)
     assert config.model.dropout == dropout
     assert data.check_config(config.data)["augment"] == aug
@@ -211,7 +214,7 @@ def test_two_phase_configs_follow_the_paper(ds, kind):
     assert (tc.batch_size, tc.learning_rate, tc.weight_decay) == HEAD_HPS[ds]
     assert (tc.optimizer, bool(tc.nesterov), tc.lr_decay_factor) == (opt, nesterov, factor)
     assert tc.num_epochs * div == epochs
-    assert tuple(b * div for b in tc.lr_boundaries) == bounds
+    assert tuple(b * div for b in boundaries_in_epochs(tc)) == bounds
     streams = ("e2", "scale", "std") if kind.startswith("triple") else ("e2", "scale")
     assert plan.stream_names(config) == streams
     files = {"e2": f"{ds}_e2_ii", "scale": f"{ds}_scale_ii", "std": f"{ds}_std"}
@@ -240,7 +243,10 @@ def test_table4_and_end_to_end_variants():
             assert config.model.streams[s].head == want
             own = get({"e2": "stl10_e2", "scale": "stl10_scale"}[s]) if s in pool else None
             if own is not None:  # the pooling stream trains with its baseline's recipe
-                assert config.phase1[s].train.to_dict() == own.train.to_dict()
+                assert config.phase1[s].train.to_dict() == {
+                    **own.train.to_dict(),
+                    "epochs_scale": None,  # phase 1 follows the run's train.epochs_scale
+                }
             else:
                 assert config.phase1[s].train.to_dict() == base.phase1[s].train.to_dict()
         assert config.train.to_dict() == base.train.to_dict()
@@ -315,7 +321,7 @@ def test_rot90_scale_augmentation_row():
 def test_e2cnn_rows_use_e2cnn_schedule():
     """cifar10_e2 is e2cnn's network with e2cnn's recipe: x0.2 after 60, 120 and 180 epochs."""
     tc = get("cifar10_e2").train
-    assert (tc.num_epochs, tuple(tc.lr_boundaries), tc.lr_decay_factor) == (
+    assert (tc.num_epochs, boundaries_in_epochs(tc), tc.lr_decay_factor) == (
         200,
         (60, 120, 180),
         0.2,
@@ -323,3 +329,192 @@ def test_e2cnn_rows_use_e2cnn_schedule():
     m = get("cifar10_e2").model
     assert (m.e2_frequency_cutoff, m.e2_sigma, m.e2_out_width) == (1.0, 0.45, "e2cnn")
     assert get("cifar10_e2_ii").model.e2_out_width == "baseline"
+
+
+# ----------------------------------------------------------------------------- one home per row
+
+SNAPSHOT = pathlib.Path(__file__).resolve().parent / "data" / "configs.json"
+
+
+def test_every_config_keeps_its_values():
+    """Every experiment config (all but the Scaled-MNIST rows, kept elsewhere), as it trains
+    (:func:`invjax.training.plan.resolve`: schedule in epochs), equals the values it had when
+    each row was a file of its own with its schedule in epochs (tests/data/configs.json)."""
+    old = json.loads(SNAPSHOT.read_text())
+    assert set(old) == {n for n in NAMES if not n.startswith("mnist_")}
+    for name, values in old.items():
+        new = json.loads(plan.resolve(get(name)).to_json_best_effort(sort_keys=True))
+        if name == "digits_monomials":  # its model section is the Scaled-MNIST row's
+            new, values = new["train"], values["train"]
+        assert new == values, name
+
+
+def test_table3_rows_have_one_home():
+    """Each Table 3 file is its command, a docstring and ``table3.config(NAME)``: no value of a
+    recipe is set in a file."""
+    for name in table3.ROWS:
+        tree = ast.parse((CONFIGS / f"{name}.py").read_text())
+        (func,) = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        assert func.name == "get_config" and len(func.body) == 1, name
+        assert ast.unparse(func.body[0]) == f"return table3.config({name!r})", name
+        assert not [n for n in tree.body if isinstance(n, ast.Assign)], name
+    rows = {n for n in NAMES if n.split("_")[0] in table3.RECIPES}
+    assert rows == set(table3.ROWS)
+    with pytest.raises(ValueError, match=r"no Table 3 row 'svhn_quad': the rows are \["):
+        table3.config("svhn_quad")
+
+
+def test_a_recipe_change_is_one_edit(monkeypatch):
+    """A dataset's recipe reaches every row of that dataset, phase 1 and phase 2 alike."""
+    monkeypatch.setitem(table3.RECIPES, "svhn", {**table3.RECIPES["svhn"], "num_epochs": 80})
+    assert get("svhn_e2_ii").train.num_epochs == 80
+    triple = plan.resolve(get("svhn_triple"))
+    assert {triple.phase1[s].train.num_epochs for s in ("e2", "scale", "std")} == {80}
+    assert (triple.train.num_epochs, triple.train.lr_boundaries) == (20, (10, 15))
+
+
+# ----------------------------------------------------------------------------- epochs and schedules
+
+
+def _stages(config) -> dict:
+    """``{stage: (epochs, boundaries in epochs)}`` of a config as it trains."""
+    c = plan.resolve(config)
+    out = {"run": (c.train.num_epochs, tuple(c.train.lr_boundaries))}
+    for s in c.get("phase1") or {}:
+        tc = plan.stream_config(c, s).train
+        out[s] = (tc.num_epochs, tuple(tc.lr_boundaries))
+    return out
+
+
+def test_epochs_scale_scales_every_stage():
+    """One override shrinks the default job: the three streams (12, 8, 12 epochs) and the head
+    (3) follow ``train.epochs_scale``, each rounded and at least one epoch, with their schedules
+    scaled alike (a boundary may fall inside an epoch: it is rounded to a step)."""
+    config = get("digits_triple")
+    assert _stages(config) == {
+        "run": (3, (2,)),
+        "e2": (12, (8,)),
+        "scale": (8, (6,)),
+        "std": (12, (8,)),
+    }
+    config.train.epochs_scale = 0.25
+    got = _stages(config)
+    assert got["e2"] == got["std"] == (3, (2,)) and got["scale"] == (2, (1.5,))
+    assert got["run"][0] == 1 and got["run"][1][0] == pytest.approx(2 / 3)
+    config.train.epochs_scale = 1e-6  # every stage keeps one epoch
+    assert {e for e, _ in _stages(config).values()} == {1}
+    # a stream that sets its own scale keeps it
+    config.train.epochs_scale = 0.5
+    config.phase1.scale.train.epochs_scale = 1.0
+    got = _stages(config)
+    assert (got["e2"][0], got["scale"], got["run"][0]) == (6, (8, (6,)), 2)
+
+
+def test_fractions_follow_num_epochs_and_epochs_replace_them():
+    config = get("digits_cnn")  # fractions 2/3 and 5/6
+    config.train.num_epochs = 6
+    assert _stages(config)["run"] == (6, (4, 5))
+    config.train.lr_boundaries = (1,)  # epochs given: they are the schedule
+    assert _stages(config)["run"] == (6, (1,))
+    config.train.lr_boundaries = ()  # a constant rate
+    assert _stages(config)["run"] == (6, ())
+    config.train.epochs_scale = 0.5  # epochs keep their share of the run
+    config.train.lr_boundaries = (2, 4)
+    assert _stages(config)["run"] == (3, (1, 2))
+
+
+def test_resolve_is_idempotent_and_keeps_the_seed_reference():
+    config = get("digits_triple")
+    config.train.epochs_scale = 0.5
+    once = plan.resolve(config)
+    assert plan.resolve(once) is once and "epochs_scale" not in once.train
+    assert config.train.epochs_scale == 0.5  # the given config is left as it was
+    once.seed = 7
+    assert once.data.seed == 7  # configs/base.py's data.seed = seed
+
+
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("epochs_scale", 0.0, r"train.epochs_scale=0.0 is invalid: it must be a finite number > 0"),
+        ("epochs_scale", -1.0, r"train.epochs_scale=-1.0 is invalid"),
+        ("epochs_scale", math.inf, r"train.epochs_scale=inf is invalid"),
+        ("lr_boundary_fractions", (0.5, 1.0), r"lr_boundary_fractions=\(0.5, 1.0\) is invalid: "),
+        ("lr_boundary_fractions", (0.7, 0.2), r"must be increasing fractions of train.num_epochs"),
+        ("lr_boundary_fractions", (0.0,), r"strictly between 0 and 1"),
+        ("lr_boundary_fractions", None, r"train.lr_boundaries=None and train.lr_boundary_fr"),
+        ("lr_boundaries", (12,), r"lr_boundaries=\(12,\) is invalid: it must be increasing ep"),
+    ],
+)
+def test_schedule_and_scale_refused_with_one_message(key, value, match):
+    config = get("digits_std")
+    config.train[key] = value
+    with pytest.raises(ValueError, match=match):
+        plan.resolve(config)
+
+
+def test_a_stream_schedule_error_names_the_stream():
+    config = get("digits_dual")
+    config.phase1.e2.train.lr_boundary_fractions = (2.0,)
+    with pytest.raises(ValueError, match=r"^phase1.e2.train.lr_boundary_fractions=\(2.0,\)"):
+        plan.resolve(config)
+    config = get("digits_dual")
+    config.phase1.scale.train.epochs_scale = -2.0
+    with pytest.raises(ValueError, match=r"^phase1.scale.train.epochs_scale=-2.0 is invalid"):
+        plan.resolve(config)
+
+
+def test_prepare_refuses_an_unresolved_scale():
+    """The trainer takes resolved configs; a scale it would not apply is refused, not ignored."""
+    tc = get("digits_std").train
+    tc.epochs_scale = 0.5
+    with pytest.raises(ValueError, match=r"train.epochs_scale=0.5 is invalid: a scaled run is re"):
+        validate_train_config(tc)
+
+
+@pytest.mark.slow
+def test_quick_trial_dry_run_shows_every_stage_scaled(tmp_path):
+    """The README's quick trial: one override scales all four stages; --dry_run prints each
+    stage's epochs, steps and schedule, and writes nothing."""
+    work = tmp_path / "try"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invjax.main",
+            "--config=configs/digits_triple.py",
+            f"--workdir={work}",
+            "--config.train.epochs_scale=0.25",
+            "--dry_run",
+        ],
+        cwd=CONFIGS.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln.strip() for ln in proc.stdout.splitlines()]
+    start = lines.index("schedule (each stage as it trains):")
+    stages = lines[start + 1 : start + 5]
+    assert stages[0].startswith("[1/4] phase 1: stream 'e2': 3 epochs x ")
+    assert stages[1].startswith("[2/4] phase 1: stream 'scale': 2 epochs x ")
+    assert stages[1].endswith("learning rate 0.01, x0.1 after epoch 1.5")
+    assert stages[2].startswith("[3/4] phase 1: stream 'std': 3 epochs x ")
+    assert stages[2].endswith("x0.1 after epoch 2")
+    assert stages[3].startswith("[4/4] phase 2: combination head: 1 epoch x ")
+    steps = [int(s.split(" steps = ")[1].split(" ")[0]) for s in stages]
+    per_epoch = int(stages[0].split(" epochs x ")[1].split(" ")[0])
+    assert steps == [3 * per_epoch, 2 * per_epoch, 3 * per_epoch, per_epoch]
+    assert not work.exists()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_schedule_and_scale_keys_stay_overridable(name):
+    """``--config.train.lr_boundaries=(2,)`` and ``--config.phase1.<s>.train.epochs_scale=0.5``
+    reach every config: config_flags overrides a key by its type, and a plain None has none."""
+    config = get(name)
+    sections = [config.train] + [config.phase1[s].train for s in config.get("phase1") or {}]
+    for tc in sections:
+        assert tc.get_type("lr_boundaries") is tuple, name
+        assert tc.get_type("lr_boundary_fractions") is tuple, name
+        assert tc.get_type("epochs_scale") is float, name

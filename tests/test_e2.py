@@ -90,6 +90,7 @@ def test_basis_is_steerable_at_45_degrees():
     np.testing.assert_allclose(phi[1], direct, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", ["D4", "C4"])
 @pytest.mark.parametrize("size,stride", [(32, 1), (32, 2), (33, 2)])
 def test_exact_equivariance_on_photo(group, size, stride, photo_batch):
@@ -145,6 +146,7 @@ def test_restriction_equivariance_on_photo(photo32):
 E2CNN = bases.E2CNN_EXPERIMENTS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("basis", ["r2conv_default", "e2cnn_experiments"])
 @pytest.mark.parametrize("group", ["D8", "C8"])
 def test_45_degree_rotation_beats_interpolated_filters(group, basis, camera64):
@@ -228,6 +230,7 @@ def test_expansion_against_loop_reference():
     np.testing.assert_allclose(k, ref, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_gradients_are_finite(photo32):
     x = jnp.asarray(photo32)
     lift, conv = E2LiftConv(2, "D8", 5, 2), E2Conv(2, "D8", 5, 2, trivial_out=True)

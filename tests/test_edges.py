@@ -51,6 +51,7 @@ def test_learning_rate_must_be_finite_and_positive(lr):
         validate_train_config(tc)
 
 
+@pytest.mark.slow
 def test_batch_larger_than_the_training_set_is_refused_by_checks_and_dry_run(tmp_path):
     """Issue: ``train.batch_size`` larger than the training set passed the checks and
     ``--dry_run``, then died with a 54-line out-of-memory traceback leaving a workdir."""
@@ -110,6 +111,7 @@ _EIGHT_DEVICES = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_default_eval_batch_fits_eight_devices(tmp_path):
     """Issue: the default ``eval_batch_size=500`` stopped a run on 8 devices ("cannot be split
     over the 8 devices"). Now rounded up per device (504), the padding masked: the same loss and
@@ -164,6 +166,7 @@ def test_images_file_messages(tmp_path, capsys):
         assert len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_config_without_get_config_is_named(tmp_path):
     """Issue: a config file without ``get_config`` was reported as ``config_config``."""
     bad = tmp_path / "my_experiment.py"
@@ -195,6 +198,7 @@ def test_models_unknown_name_is_short(capsys):
     assert "  svhn_e2_ii\n" in listed and "  digits_cnn\n" in listed
 
 
+@pytest.mark.slow
 def test_main_help_lists_the_compilation_cache():
     """Issue: ``invjax.main --help`` omitted ``--compilation_cache``."""
     proc = _main("invjax.main", "--help", timeout=120)

@@ -24,6 +24,7 @@ def photo(h=17, w=17, c=3):
     return jnp.asarray(img[None], jnp.float32) / 255.0
 
 
+@pytest.mark.slow
 def test_a_d4_field_into_a_c8_layer_is_one_clear_error():
     """Both have 8 channels per field: only the field type tells them apart."""
     x = photo()
@@ -97,6 +98,7 @@ def test_exact_elements_of_layers_follow_their_group_and_the_grid():
     assert labels(nn.Conv(3, (3, 3)), square) == []  # no claim, no element
 
 
+@pytest.mark.slow
 def test_check_equivariance_of_a_group_convolution_on_a_photo():
     """C8: exact for its 90-degree elements, not for 45 degrees (interpolated). Other groups,
     sizes and strides: tests/test_properties.py."""

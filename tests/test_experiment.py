@@ -190,6 +190,7 @@ def finished(reference):
     return reference[:4]
 
 
+@pytest.mark.slow
 def test_phase_one_streams_are_their_own_runs(finished):
     workdir, config, results, said = finished
     assert [m.split(" in ")[0] for m in said[::2]] == [
@@ -210,6 +211,7 @@ def test_phase_one_streams_are_their_own_runs(finished):
         assert results["phase1"][s]["workdir"] == sdir
 
 
+@pytest.mark.slow
 def test_phase_two_trains_only_the_head_on_the_loaded_streams(finished):
     workdir, config, results, _ = finished
     assert results["phases"] == "two_phase" and results["epochs"] == EPOCHS
@@ -236,6 +238,7 @@ def test_phase_two_trains_only_the_head_on_the_loaded_streams(finished):
     assert json.load(open(os.path.join(workdir, "results.json")))["phase1"] == results["phase1"]
 
 
+@pytest.mark.slow
 def test_the_job_logs_its_remaining_steps_and_eta(finished):
     """A multi-stage job once had no ETA for the whole job. Each stage's line names the
     job's remaining steps (2 streams and the head, 2 epochs of 2 steps each: 12) and, from the
@@ -247,6 +250,7 @@ def test_the_job_logs_its_remaining_steps_and_eta(finished):
     assert re.search(r"; job: 4 of 12 steps left, job ETA \d+:\d\d:\d\d at the rate", starts[2])
 
 
+@pytest.mark.slow
 def test_finished_phases_are_reused_not_recomputed(finished, env):
     workdir, config, results, _ = finished
     before = snapshot(workdir)
@@ -259,6 +263,7 @@ def test_finished_phases_are_reused_not_recomputed(finished, env):
         assert again[k] == results[k]
 
 
+@pytest.mark.slow
 def test_restart_resumes_phase_two(finished, env, tmp_path):
     ref_dir, config, results, _ = finished
     # Phase 1 from the reference's finished stream runs (config.phase1.<stream>.workdir).
@@ -280,6 +285,7 @@ def test_restart_resumes_phase_two(finished, env, tmp_path):
     assert resumed["test_error"] == results["test_error"]
 
 
+@pytest.mark.slow
 def test_restart_resumes_phase_one_then_trains_phase_two(finished, env, tmp_path):
     ref_dir, config, results, _ = finished
     workdir = str(tmp_path / "w")
@@ -300,6 +306,7 @@ def test_restart_resumes_phase_one_then_trains_phase_two(finished, env, tmp_path
     assert resumed["phase1"]["std"]["test_error"] == results["phase1"]["std"]["test_error"]
 
 
+@pytest.mark.slow
 def test_each_stage_is_prepared_once_and_the_dataset_loaded_once(reference):
     """A fresh two-phase command (the reference) prepares each of its three stages once (the
     check builds what the execution runs) and loads the dataset and draws its training subset
@@ -338,6 +345,7 @@ def test_bad_input_stops_before_any_compute(tmp_path, change, match):
     assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_a_workdir_of_another_experiment_is_refused(finished):
     workdir, config, _, _ = finished
     other = config.copy_and_resolve_references()
@@ -348,6 +356,7 @@ def test_a_workdir_of_another_experiment_is_refused(finished):
     assert snapshot(workdir) == before
 
 
+@pytest.mark.slow
 def test_phase_two_whose_sources_vanished_stops_naming_the_stage(tmp_path):
     """Phase 2 prepared while phase 1 was still to run loads its sources when it starts; a
     phase-1 run without a readable checkpoint by then stops the command with a StageError
@@ -405,6 +414,7 @@ def tiny_cifar10_triple_args(workdir):
     return args + [f"{t}.batch_size=10"]
 
 
+@pytest.mark.slow
 def test_cifar10_triple_runs_both_phases_under_mock_data(tmp_path, env):
     """``python -m invjax.main --config=configs/cifar10_triple.py`` on TFDS records (mocked:
     20 random examples per split) at a tiny width: phase 1's three streams, then the head."""
@@ -430,6 +440,7 @@ def test_cifar10_triple_runs_both_phases_under_mock_data(tmp_path, env):
         assert os.path.exists(workdir / "streams" / s / "results.json")
 
 
+@pytest.mark.slow
 def test_cifar10_triple_without_data_names_the_prepare_command(tmp_path):
     env = dict(os.environ, TFDS_DATA_DIR=str(tmp_path / "no_data"))
     workdir = tmp_path / "w"

@@ -147,6 +147,7 @@ WRN_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(WRN_CASES))
 def test_wrn_export_matches_model(case, photos16, photo_batch):
     kw = WRN_CASES[case]
@@ -155,6 +156,7 @@ def test_wrn_export_matches_model(case, photos16, photo_batch):
     assert err < BOUND, (case, err)
 
 
+@pytest.mark.slow
 def test_wrn_odd_grid_and_stride_rule(photo_batch):
     """15x15 input: stride 2 without the box (odd), then with it (8x8 is even)."""
     x = jnp.asarray(photo_batch)[:, 8:23, 8:23]
@@ -228,6 +230,7 @@ MNIST_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(MNIST_CASES))
 def test_mnist_export_matches_model(case, digits16):
     m = ScaledMNISTNet(**MNIST_COMMON, **MNIST_CASES[case])
@@ -243,6 +246,7 @@ def test_mnist_export_matches_model(case, digits16):
         assert counts["convolution"] == 1 + 2 * per_layer, counts
 
 
+@pytest.mark.slow
 def test_mnist_monomials_export(digits16):
     """II-DISCO with monomials (bicubic upsampling, 9 of 25 pairs pruned).
 
@@ -302,6 +306,7 @@ def triple(photos16):
 
 # Measured (CPU), triple networks of these streams with fresh random variables (seed 1): concat
 # 3.7e-7, Map-E(2) 3.2e-7, Map-All 2.8e-7.
+@pytest.mark.slow
 @pytest.mark.parametrize("streams", [("e2", "scale"), ("e2", "scale", "std")])
 def test_multistream_export_matches_model(streams, triple, photos16):
     m, v, want, _ = triple
@@ -327,6 +332,7 @@ def _head_reference(mode, params, feats):
     return y @ params["classifier"]["kernel"] + params["classifier"]["bias"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "streams,mode",
     [
@@ -369,6 +375,7 @@ def test_every_combination_head_collapses(streams, mode, triple, photos16):
 # --------------------------------------------------------------------------- API
 
 
+@pytest.mark.slow
 def test_save_load_round_trip_and_pure_apply(tmp_path, photos16):
     m = tiny_wrn("scale", head="ii")
     v = random_variables(m, photos16)
@@ -416,6 +423,7 @@ print(json.dumps({"hidden": hidden, "invjax_loaded": any(m.startswith("invjax") 
 """
 
 
+@pytest.mark.slow
 def test_export_runs_without_invjax(tmp_path, digits16):
     """The saved file runs with jax and numpy alone: a fresh isolated interpreter (``-I``: no
     current directory or user site on the path) that cannot import invjax loads and runs it."""

@@ -55,6 +55,7 @@ def _digits_test():
     return data_lib.load(cfg).test
 
 
+@pytest.mark.slow
 def test_export_reproduces_the_run_on_raw_test_images(exported):
     run, out, results, stdout = exported
     assert sorted(os.listdir(out)) == ["manifest.json", "model.npz"]
@@ -88,6 +89,7 @@ def test_export_reproduces_the_run_on_raw_test_images(exported):
     assert f"(the run: {results['test_error']:.2f}%)" in stdout
 
 
+@pytest.mark.slow
 def test_out_of_contract_images_are_one_message(exported):
     _, out, _, _ = exported
     model = load(out)
@@ -110,6 +112,7 @@ def test_out_of_contract_images_are_one_message(exported):
     np.testing.assert_array_equal(model(x), model(x.copy()))  # in contract: runs
 
 
+@pytest.mark.slow
 def test_loading_what_is_not_an_export_is_one_clear_error(tmp_path, exported):
     text = tmp_path / "notes.txt"
     text.write_text("not an export\n")
@@ -129,6 +132,7 @@ def test_loading_what_is_not_an_export_is_one_clear_error(tmp_path, exported):
         load(exported[0])
 
 
+@pytest.mark.slow
 def test_export_command_refuses_bad_input(tmp_path, exported):
     run, out, _, _ = exported
     cases = [
@@ -188,6 +192,7 @@ def test_measured_invariance_of_raw_images(monkeypatch):
     assert not inv["holds"] and min(inv["max_relative_error"].values()) > 1e-2, inv
 
 
+@pytest.mark.slow
 def test_invariance_json_names_the_checkpoint_step(exported, capsys):
     """The invariance JSON names the checkpoint step it measured."""
     from invjax import invariance as I

@@ -65,6 +65,7 @@ def hold_lock(path):
 # ----------------------------------------------------------------------------- lock
 
 
+@pytest.mark.slow
 def test_second_run_stops_naming_the_holder_and_a_dead_holder_is_taken_over(finished, tmp_path):
     wd = str(tmp_path / "w")
     shutil.copytree(finished, wd)
@@ -90,6 +91,7 @@ def test_second_run_stops_naming_the_holder_and_a_dead_holder_is_taken_over(fini
     assert not os.path.exists(os.path.join(wd, workdir.LOCK_FILE))
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_one_trains_the_other_stops(tmp_path):
     wd = str(tmp_path / "w")
     cmd = [sys.executable, "-m", "invjax.main", *TINY, f"--workdir={wd}"]
@@ -108,6 +110,7 @@ def test_two_runs_started_together_one_trains_the_other_stops(tmp_path):
     assert not [n for n in os.listdir(checkpoint.checkpoint_dir(wd)) if "tmp" in n]
 
 
+@pytest.mark.slow
 def test_phase_one_stream_workdir_is_locked_before_any_compute(tmp_path):
     wd = str(tmp_path / "two_phase")
     holder = hold_lock(os.path.join(wd, "streams", "e2"))
@@ -135,6 +138,7 @@ def test_phase_one_stream_workdir_is_locked_before_any_compute(tmp_path):
     assert not os.path.exists(os.path.join(wd, workdir.LOCK_FILE))
 
 
+@pytest.mark.slow
 def test_sigterm_before_training_stops_in_one_line_and_resumes(tmp_path):
     """SIGTERM as soon as the new workdir is locked (checks done; preparing, compiling or at the
     first steps): status 143, one line, no traceback, and the next start trains to the end."""
@@ -192,6 +196,7 @@ def _read_only_dir(tmp_path):
     return None
 
 
+@pytest.mark.slow
 def test_workdir_problems_are_one_line_before_compute(tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
@@ -219,6 +224,7 @@ def test_workdir_problems_are_one_line_before_compute(tmp_path):
     assert ro is not None, "no read-only directory to test on this machine"
 
 
+@pytest.mark.slow
 def test_too_little_free_space_stops_before_compute_leaving_no_directory(tmp_path):
     wd = tmp_path / "new" / "w"
     proc = run_main(str(wd), fault=f"free_bytes:{1 << 20}")
@@ -237,6 +243,7 @@ def _assert_same_final_state(reference, wd):
     assert ra["test_error"] == rb["test_error"]
 
 
+@pytest.mark.slow
 def test_full_disk_during_training_keeps_the_last_checkpoint_and_resumes(finished, tmp_path):
     """ENOSPC from the 8th write of step 4's save on (orbax's ``_METADATA`` of the state, after
     its arrays): one line, exit 1, nothing of step 4 left, step 2 verified; orbax's report of
@@ -298,6 +305,7 @@ def _save_until_it_fits(wd, make_fault):
     return messages
 
 
+@pytest.mark.slow
 def test_full_disk_at_every_python_write_of_a_save(tmp_path, monkeypatch, capfd):
     """ENOSPC from the k-th file write of the save on, for k = 1, 2, ... until the save fits:
     every directory, file and rename orbax makes in Python (tmp dirs, metadata, meta JSON,
@@ -359,6 +367,7 @@ def tmpfs_24m(tmp_path):
         yield mnt
 
 
+@pytest.mark.slow
 def test_full_disk_on_a_real_tmpfs_at_every_write_of_a_save(tmpfs, capfd):
     """A real full disk: before each save the file system is filled up to k pages free, k = 0,
     1, ... until the save fits, so the kernel's ENOSPC lands on every write of the save in turn
@@ -381,6 +390,7 @@ def test_full_disk_on_a_real_tmpfs_at_every_write_of_a_save(tmpfs, capfd):
     assert "Traceback" not in err and "orbax" not in err, err[-3000:]
 
 
+@pytest.mark.slow
 def test_full_disk_on_a_real_tmpfs_stops_in_one_line_and_resumes(finished, tmpfs_24m):
     """The command on a real 24 MiB tmpfs filled (before step 4's save) up to 8 KiB free: exit
     1, one line, no traceback, step 2 kept; with the space back, the same command resumes and
@@ -406,6 +416,7 @@ def test_full_disk_on_a_real_tmpfs_stops_in_one_line_and_resumes(finished, tmpfs
     _assert_same_final_state(finished, wd)
 
 
+@pytest.mark.slow
 def test_damaged_steps_without_manifests_are_not_loaded(finished, tmp_path):
     """Every manifest deleted and 100 bytes overwritten in the newest step: the run stops (exit
     2, one line naming how to load a step anyway) and changes nothing; trusting step 4 makes the
@@ -445,6 +456,7 @@ def test_damaged_steps_without_manifests_are_not_loaded(finished, tmp_path):
     _assert_same_final_state(finished, wd)
 
 
+@pytest.mark.slow
 def test_other_failed_write_stops_with_one_message_keeping_checkpoints(tmp_path):
     wd = tmp_path / "w"
     (wd / "results.json.tmp").mkdir(parents=True)  # results.json cannot be written
@@ -460,6 +472,7 @@ def test_other_failed_write_stops_with_one_message_keeping_checkpoints(tmp_path)
 # ----------------------------------------------------------------------------- metrics.jsonl
 
 
+@pytest.mark.slow
 def test_deleted_metrics_are_rebuilt_from_the_checkpoint(finished, tmp_path):
     wd = str(tmp_path / "w")
     shutil.copytree(finished, wd)
@@ -494,6 +507,7 @@ def run_invariance(capsys, monkeypatch, *args):
     return status, out, err
 
 
+@pytest.mark.slow
 def test_invariance_rejects_bad_images_and_another_models_checkpoint(
     finished, tmp_path, capsys, monkeypatch
 ):
@@ -541,6 +555,7 @@ def test_invariance_rejects_bad_images_and_another_models_checkpoint(
 # ----------------------------------------------------------------------------- sweep
 
 
+@pytest.mark.slow
 def test_sweep_passes_sigterm_to_its_run_which_saves_and_a_rerun_resumes(tmp_path):
     """SIGTERM to ``launch/sweep.py --local`` while its run trains: the run gets it, saves at the
     step it reached and ends before the sweep, which exits 143; the same sweep command resumes

@@ -128,6 +128,7 @@ class _SmallE2CNN(nn.Module):
         return L.E2InvariantIntegration(6, g)(E.GroupPool(g)(x))
 
 
+@pytest.mark.slow
 def test_e2_ii_exact_on_top_of_an_e2_cnn(photo_batch):
     x = jnp.asarray(photo_batch)  # even 32 x 32: the stride-2 rule keeps the grid symmetric
     errs = _group_errors(_SmallE2CNN(), x, G.dihedral(4))
@@ -146,6 +147,7 @@ def test_translation_ii_is_convolution_then_average_pooling(photo32):
 # --------------------------------------------------------------------------- Scale-II
 
 
+@pytest.mark.slow
 def test_scale_ii_ws_invariant_on_the_input(smooth_photos, digit_batch):
     inputs = dict(smooth_photos, digits=digit_batch)
     for name, x in inputs.items():
@@ -208,6 +210,7 @@ def test_scale_ii_monomials_log_output_invariance(smooth_photos):
         assert d_avg.mean() / d.mean() >= 1.3, (name, d.mean(), d_avg.mean())
 
 
+@pytest.mark.slow
 def test_scale_layers_fast_matches_reference(smooth_photos, photo_batch):
     x = jnp.asarray(photo_batch)
     for fast, ref in (
@@ -255,6 +258,7 @@ def test_mixed_pooling_batch_norm_trains(photo_batch):
     np.testing.assert_allclose(np.asarray(y).reshape(2, 3, 4).mean((0, 2)), 0.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_parameter_gradients_are_finite(digit_batch):
     x = digit_batch[:2] - 0.05
     for module in (

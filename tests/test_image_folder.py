@@ -44,6 +44,7 @@ def digits_folder(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_the_digits_folder_is_the_digits_dataset(digits_folder):
     """Read back, the folder is ``data.name=digits`` quantised to 8 bits: the same splits (val/
     is the validation split) as sets of (image, label) (the folder orders them by class and file
@@ -79,6 +80,7 @@ def test_the_digits_folder_is_the_digits_dataset(digits_folder):
         os.rename(os.path.join(digits_folder, "val_off"), os.path.join(digits_folder, "val"))
 
 
+@pytest.mark.slow
 def test_train_on_the_folder_with_any_config(digits_folder, tmp_path):
     """The README's second command: a config of the built-in datasets, pointed at the folder."""
     proc = subprocess.run(

@@ -64,6 +64,7 @@ def test_invariance_error_rejects_bad_input(digit_images):
         I.invariance_error(lambda z: z * 0, digit_images, "flip")
 
 
+@pytest.mark.slow
 def test_table1_small(digit_images):
     # tiny backbone widths and 4 samples; the full table runs from the command line
     terms = I.table1_terms(n_samples=4, widths=(4, 4, 4), batch_size=4)
@@ -108,6 +109,7 @@ def test_table1_small(digit_images):
         I.aggregate(terms, "max")
 
 
+@pytest.mark.slow
 def test_table1_monomials_on_tiny_digits_need_the_upsampled_input():
     # the blow-up on raw 28 x 28 digits (module docstring) and its absence at 56 x 56:
     # measured on 20 samples (mean / median), pairs layout: Input 6.1e18 / 6.2, Input x2
@@ -126,6 +128,7 @@ def test_table1_monomials_on_tiny_digits_need_the_upsampled_input():
     assert median[order3]["Input"] * 5 < avg  # the tiny raw digits still have a tail (mean 0.85)
 
 
+@pytest.mark.slow
 def test_cli_table1_json(capsys):
     argv = ["invariance", "--table1", "--json", "--n_samples=3", "--columns=input,input_x2"]
     assert I.main(argv) == 0
@@ -161,6 +164,7 @@ def test_model_mode_on_the_digits_cnn(digit_images):
     assert out["exact_elements"] == {}  # a plain CNN: no element is exact
 
 
+@pytest.mark.slow
 def test_model_mode_measures_the_exact_elements_of_the_group_chain(digit_images):
     """digits_e2 (D4, D4, D1 with II over D1): exact for the mirror only, to float32 rounding."""
     from invjax.configs import load

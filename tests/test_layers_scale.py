@@ -399,6 +399,7 @@ def test_kernel_support_finds_each_scales_nonzero_taps():
 # --------------------------------------------------------------------------- layers
 
 
+@pytest.mark.slow
 def test_layers_shapes_params_and_constants():
     k, e, scales = WRN
     x = astronaut48()
@@ -426,6 +427,7 @@ def test_layers_shapes_params_and_constants():
     chex.assert_shape(herm.apply(vh, x), (1, 48, 48, 4, 2))
 
 
+@pytest.mark.slow
 def test_gradients_are_finite_through_a_small_network():
     k, e, scales = WRN
 
@@ -667,6 +669,7 @@ def test_batch_norm_commutes_with_the_scale_shift():
     assert float(jnp.sum((a - b) ** 2) / jnp.sum(a**2)) > 2e-3
 
 
+@pytest.mark.slow
 def test_max_projection_absorbs_the_scale_shift():
     """Exactly invariant to any permutation of the scales. On real inputs, projecting turns the
     scale shift caused by downscaling the input into a plain spatial downscaling: compared with

@@ -78,6 +78,7 @@ def reference(tmp_path_factory):
     return workdir, proc
 
 
+@pytest.mark.slow
 def test_main_writes_metrics_results_and_last_line(reference):
     workdir, proc = reference
     last = proc.stdout.strip().splitlines()[-1]
@@ -115,6 +116,7 @@ def _run_and_kill(workdir, target_step, delay):
     return proc.wait()
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_point_then_resume_is_bit_identical(reference, tmp_path):
     ref_dir, _ = reference
     rng = random.Random()
@@ -174,6 +176,7 @@ def _start_and_signal(workdir, target_step, delay, signals, fault=None, between=
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_saves_at_the_step_reached_then_resume_is_bit_identical(reference, tmp_path, sig):
     ref_dir, _ = reference
@@ -209,6 +212,7 @@ def test_signal_saves_at_the_step_reached_then_resume_is_bit_identical(reference
     _assert_resumed_bit_identical(ref_dir, workdir, where)
 
 
+@pytest.mark.slow
 def test_sigterm_mid_epoch_saves_that_exact_step(reference, tmp_path):
     """The process signals itself after step 13 (tests/faults.py), mid-epoch 4 and between the epoch
     checkpoints 12 and 16: it saves step 13 with the epoch's running sums, and resumes exactly."""
@@ -236,6 +240,7 @@ def test_sigterm_mid_epoch_saves_that_exact_step(reference, tmp_path):
     _assert_resumed_bit_identical(ref_dir, workdir, "stopped at 13")
 
 
+@pytest.mark.slow
 def test_second_signal_during_the_save_corrupts_nothing(reference, tmp_path):
     """SIGTERM, then SIGINT while the stop's checkpoint is between orbax's commit and its
     integrity manifest (held open 1 s by tests/faults.py): the save completes all the same."""
@@ -298,6 +303,7 @@ def _run_with_a_counted_config(tmp_path, extra):
     return proc, log.read_text()
 
 
+@pytest.mark.slow
 def test_unknown_config_key_is_one_clear_message(tmp_path):
     """One line naming the key that was meant, before any directory; the config file was loaded
     once (the override check reads that one config)."""
@@ -310,6 +316,7 @@ def test_unknown_config_key_is_one_clear_message(tmp_path):
     assert loads == "loaded\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra", [["--config.train.num_epochs=0"], ["--help"]], ids=["bad_value", "help"]
 )
@@ -323,6 +330,7 @@ def test_the_config_file_runs_once(tmp_path, extra):
         assert "--config.train.num_epochs=30" in proc.stdout  # the keys of that one load
 
 
+@pytest.mark.slow
 def test_bad_n_train_is_one_clear_message(tmp_path):
     proc = run_main(str(tmp_path / "w"), "--config.data.n_train=95", timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -333,6 +341,7 @@ def test_bad_n_train_is_one_clear_message(tmp_path):
     assert not os.path.exists(tmp_path / "w")
 
 
+@pytest.mark.slow
 def test_unreadable_checkpoint_stops_without_touching_it(reference, tmp_path):
     ref_dir, _ = reference
     workdir = str(tmp_path / "w")

@@ -106,6 +106,7 @@ def single1(tmp_path_factory):
     return workdir, dataset
 
 
+@pytest.mark.slow
 def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path, capsys):
     ref_dir, ref_data = single1
     workdir = str(tmp_path / "k")
@@ -151,6 +152,7 @@ def test_model_k_of_a_loop_run_is_the_single_run_and_resumes(single1, tmp_path, 
     assert set(checkpoint.list_steps(mine)) >= {4, 8}
 
 
+@pytest.mark.slow
 def test_model_k_of_a_vmapped_run_matches_the_single_run(single1, tmp_path):
     ref_dir, _ = single1
     workdir = str(tmp_path / "v")
@@ -180,6 +182,7 @@ def test_model_k_of_a_vmapped_run_matches_the_single_run(single1, tmp_path):
     assert abs(got["test_error"] - want["test_error"]) <= 0.6  # at most 2 of 359 test digits
 
 
+@pytest.mark.slow
 def test_vmapped_models_validate_their_own_state_between_saves(single1, tmp_path):
     """An epoch end that validates but does not save hands each model its state first (epoch 2
     here; epoch 1 neither validates nor saves, so it keeps them stacked): the validation of
@@ -229,6 +232,7 @@ def test_bad_seeds_are_refused(seeds, words):
     assert words in str(e.value)
 
 
+@pytest.mark.slow
 def test_bad_seeds_stop_the_command_before_compute(tmp_path):
     workdir = tmp_path / "w"
     proc = subprocess.run(
@@ -267,6 +271,7 @@ print(json.dumps({{"devices": jax.device_count(), "mesh": dict(lockstep.model_me
 """
 
 
+@pytest.mark.slow
 def test_models_spread_over_two_devices(single1, tmp_path):
     """2 forced CPU devices: a ('model', 'data') mesh of 2 x 1 puts one model on each device;
     model 1 matches the single run with seed 1 (on one device)."""
@@ -290,6 +295,7 @@ def test_models_spread_over_two_devices(single1, tmp_path):
         assert out["diff"] < 1e-4
 
 
+@pytest.mark.slow
 def test_the_command_prints_each_model_then_the_mean(tmp_path):
     workdir = tmp_path / "w"
     cmd = [sys.executable, *command(workdir, "--config.train.num_epochs=1", "--config.seeds=3,4")]
@@ -343,6 +349,7 @@ def test_checkpoint_every_epochs_saves_every_nth_epoch_end_and_the_last():
         validate_train_config(bad)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_every_model_at_its_step_and_the_rerun_resumes_them(single1, tmp_path):
     """A K-model command that receives SIGTERM after step 3 (tests/faults.py) saves each model
     at step 3 and exits 143; the same command resumes both, and model 1 ends as the single run
@@ -389,6 +396,7 @@ def tiny_monomials(seeds=None, **extra):
     return digits_config("digits_monomials", seeds, 30, model, train, extra)
 
 
+@pytest.mark.slow
 def test_vmapped_models_stay_stacked_where_the_epoch_hook_does_nothing(tmp_path, monkeypatch):
     """The monomial network's epoch-end hook prunes only after its ``prune_epochs``
     (``acts_at_epoch_end``): K vmapped models get their own states back there and at the last

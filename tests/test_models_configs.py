@@ -7,6 +7,10 @@ traces the whole network (bases, shapes, parameter trees) without computing, at 
 from __future__ import annotations
 
 import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
 
 import chex
 import jax
@@ -165,3 +169,55 @@ def test_parameter_parity_with_the_peers(name):
     variables = jax.eval_shape(lambda z: build(cfg).init(jax.random.PRNGKey(0), z), x)
     ours, (theirs, _) = count_params(variables["params"]), PEER_COUNTS[name]
     assert abs(ours - theirs) <= 0.01 * theirs, (ours, theirs)
+
+
+def test_summary_takes_a_config_path(capsys, tmp_path, monkeypatch):
+    """A config file's path, relative or absolute, as ``invjax.main --config=`` takes it."""
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    assert main(["configs/digits_e2.py"]) == 0
+    relative = capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    assert main([str(repo / "configs" / "digits_e2.py")]) == 0
+    absolute = capsys.readouterr().out
+    count = relative.strip().splitlines()[-1]
+    assert count.startswith(f"configs/digits_e2.py: params={get_count('digits_e2')}")
+    assert absolute.strip().splitlines()[-1].split(": ", 1)[1] == count.split(": ", 1)[1]
+
+
+def test_summary_knows_config_names_outside_the_repository(capsys, tmp_path, monkeypatch):
+    """Run from another directory, a config name is found in the checkout invjax comes from."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["digits_e2"]) == 0
+    assert f"digits_e2: params={get_count('digits_e2')}" in capsys.readouterr().out
+    assert main(["--list"]) == 0
+    assert "  cifar10_triple\n" in capsys.readouterr().out
+
+
+def get_count(config_name: str) -> int:
+    """The parameter count of a config's network, computed here without the command."""
+    from invjax.configs import load
+    from invjax.summary import summarise
+
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    cfg = load(str(repo / "configs" / f"{config_name}.py"))
+    return summarise(cfg.model, input_shape_for(cfg.data.name), table=False)[0]
+
+
+@pytest.mark.slow
+def test_import_invjax_configs_is_enough_for_its_submodules(tmp_path):
+    """A fresh interpreter: ``import invjax.configs`` then ``invjax.configs.models.get(...)``."""
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    script = (
+        "import invjax.configs\n"
+        "from invjax.models import build\n"
+        "m = build(invjax.configs.models.get('svhn_e2_ii'))\n"
+        "c = invjax.configs.table3.config('svhn_std')\n"
+        "print(type(m).__name__, c.data.name, invjax.configs.base.get_config().train.optimizer)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["WideResNet", "svhn_cropped", "sgd"]

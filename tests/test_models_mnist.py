@@ -55,6 +55,7 @@ def test_parameter_counts_match_sesn():
 # mixed pooling 3.8e-2 / 1.9e-2; SESN's max pooling 4.0e-2 / 2.7e-2. (Scale-II with monomials,
 # same setting: 0.19 / 0.54 -- random monomials whose 3 x 3 offsets do not scale with the image
 # are only approximately homogeneous; reported, not bounded.)
+@pytest.mark.slow
 def test_scale_ii_delta_on_digits_beats_pooling():
     x = digits28()
     key = jax.random.key(0, impl="rbg")
@@ -84,6 +85,7 @@ def test_monomial_network_forward_and_train_step():
     assert set(state["batch_stats"]) == {"bn1", "bn2", "bn3", "bn_fc1"}
 
 
+@pytest.mark.slow
 def test_monomial_network_prunes_25_12_5_at_epoch_ends():
     """The trainer's epoch-end call prunes the monomial pairs 25 -> 12 -> 5 after epochs 5, 10."""
     from invjax.models.mnist import PRUNING_SCHEDULE

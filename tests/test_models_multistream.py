@@ -44,6 +44,7 @@ def dual(photo_batch):
     return net, v, xs, run
 
 
+@pytest.mark.slow
 def test_stream_subtrees_and_graft_of_a_phase1_stream(dual):
     net, v, xs, run = dual
     assert set(v["params"]) == {"e2", "scale", "head", "classifier"}
@@ -96,6 +97,7 @@ def _norm(tree):
     return float(sum(jnp.sum(jnp.abs(a)) for a in jax.tree_util.tree_leaves(tree)))
 
 
+@pytest.mark.slow
 def test_frozen_streams_get_zero_gradients(dual):
     net, v, xs, _ = dual
     x = xs[:2]
@@ -112,6 +114,7 @@ def test_frozen_streams_get_zero_gradients(dual):
     chex.assert_trees_all_equal(state["batch_stats"], v["batch_stats"])
 
 
+@pytest.mark.slow
 def test_unfrozen_streams_train_end_to_end(photo_batch):
     """Appendix B.2 (end to end): without freezing, stream parameters get gradients and BatchNorm
     statistics move; the same check on a frozen copy gives zeros (the flag is what differs)."""
@@ -143,6 +146,7 @@ def test_stream_invariance_and_combined_logits(dual):
 
 # Measured (two digits, 7 scales in [0.5, 0.9]): scale stream Delta 0.012 / 0.011 inside the
 # dual network; the E(2) stream, not scale-invariant, 0.07 / 0.05.
+@pytest.mark.slow
 def test_scale_stream_delta_inside_the_network(dual):
     from sklearn.datasets import load_digits
 

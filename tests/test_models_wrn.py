@@ -101,6 +101,7 @@ def test_layer_widths_and_kernels_in_the_built_network():
 
 # Measured on the two photo crops (max over elements): D4 net 4.6e-7, D8/D4/D1 net 3.6e-7 (flip),
 # D8 net 5.3e-7, pool head 3.9e-7; elements outside the last group: 1e-2 .. 1e-1.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "groups,head,first_stride",
     [
@@ -156,6 +157,7 @@ def test_odd_input_with_stride_two_stays_exact(photo32):
     assert rel(ys[1], ys[0]) <= 1e-5 and rel(ys[2], ys[0]) <= 1e-5
 
 
+@pytest.mark.slow
 def test_scale_ii_network_delta_measured_and_bounded():
     """Scale-II WS vs average pooling on the same scale-equivariant body (random weights).
 
@@ -176,6 +178,7 @@ def test_scale_ii_network_delta_measured_and_bounded():
     assert np.all(d_pool > 5 * d_ii), (d_pool, d_ii)
 
 
+@pytest.mark.slow
 def test_train_mode_updates_stats_and_uses_dropout(photo_batch):
     x = jnp.asarray(photo_batch)
     m = WideResNet(

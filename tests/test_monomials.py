@@ -75,6 +75,7 @@ def test_power_divisor_bounds_the_ratio(digit_maps):
     assert float(ops.channel_monomial_log_ratios(x, rand.exponent_kernel(1), 1e-6).max()) > 1.0
 
 
+@pytest.mark.slow
 def test_channel_layout_scale_delta_on_digits_is_bounded():
     """Table 1's Delta on the x2-upsampled scaled digits (bicubic shrinks s in [0.5, 1]): the
     layer of the monomial configs stays well below average pooling's (0.227)."""
@@ -113,6 +114,7 @@ def _tiny_net(**kw):
     return ScaledMNISTNet(**{**base, **kw})
 
 
+@pytest.mark.slow
 def test_pruning_schedule_keeps_one_feature_per_channel():
     """25 -> 12 -> 5 pairs after prune_epochs; fc1 reads C features throughout, and the pruned
     pairs no longer enter them."""
@@ -136,6 +138,7 @@ def test_pruning_schedule_keeps_one_feature_per_channel():
     assert np.all(np.abs(terms[..., ~dead]).sum((0, 1)) > 0)
 
 
+@pytest.mark.slow
 def test_monomial_network_learns_on_a_small_split():
     """100 steps on 200 scaled digits (the configs' head: per channel, log A, BN after II): far
     below chance (90%) on 300 held-out digits."""

@@ -150,6 +150,7 @@ def multi(tmp_path_factory, env):
     return workdir, outs
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process(single, multi):
     workdir, outs = multi
     # Both processes finish with the same line; only process 0 writes metrics and results.
@@ -169,6 +170,7 @@ def test_two_processes_match_one_process(single, multi):
     assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state_dir))
 
 
+@pytest.mark.slow
 def test_kill_one_process_then_both_resume(multi, env, tmp_path):
     """Process 0 (the coordinator and primary writer) is killed after a verified checkpoint; the
     other stops (measured: JAX's coordination service aborts it at once, SIGABRT; if it did not, the
@@ -221,6 +223,7 @@ def test_kill_one_process_then_both_resume(multi, env, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_process_stops_all_at_one_saved_step(env, tmp_path):
     """SIGTERM reaches only process 1 (a node's own signal), after the first checkpoint of a
     long run: the processes agree on one step (invjax.training.signals.StopVote), both save
@@ -261,6 +264,7 @@ def test_sigterm_to_one_process_stops_all_at_one_saved_step(env, tmp_path):
     assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state_dir))  # both saved
 
 
+@pytest.mark.slow
 def test_eight_devices_match_one_device(single, env, tmp_path):
     """A whole short run on 8 forced host devices equals the run on 1 device (and on 4)."""
     outs = {}
@@ -320,6 +324,7 @@ _FEED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_each_process_reads_only_its_rows_in_any_device_order(env):
     port = free_port()
     procs = [
@@ -363,6 +368,7 @@ def test_bad_distributed_environment_is_named():
         parallel.distributed_args({**good, "JAX_NUM_PROCESSES": "x", "JAX_PROCESS_ID": "0"})
 
 
+@pytest.mark.slow
 def test_main_names_a_bad_process_id_before_waiting(env, tmp_path):
     bad = dict(
         env,

@@ -164,6 +164,7 @@ def tiny_e2_wrn():
     return net, init(jax.random.PRNGKey(0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["default@tf32", "exact_fast@tf32", "exact_fast@bf16"])
 def test_whole_e2_ii_network_in_emulated_fast_arithmetic(name, photo_batch, tiny_e2_wrn):
     """A small E(2)-II WRN (depth 10, D4 in every stage, widths / 4), configured as a whole with

@@ -49,14 +49,9 @@ COMMANDS = (
 # Repository paths that are referenced before the change that creates them is in this tree.
 PENDING: dict[str, str] = {}
 # Config keys that another change adds.
-PENDING_KEYS: dict[str, str] = {
-    "train.epochs_scale": "one factor for every stage's epochs, added by another change",
-}
+PENDING_KEYS: dict[str, str] = {}
 # (file, path it names) -> why it is not fixed in this tree.
-KNOWN_BROKEN: dict[tuple[str, str], str] = {
-    ("invjax/training/many.py", "configs/base.py"): "means invjax/configs/base.py; file rewritten",
-    ("invjax/training/plan.py", "configs/base.py"): "means invjax/configs/base.py; file rewritten",
-}
+KNOWN_BROKEN: dict[tuple[str, str], str] = {}
 
 # README, "X" / README's "X" / README: "X" / docs/NAME.md, "X"; the text between may wrap onto
 # the next line of a docstring or a comment. An item number may follow: (README, "X", 1).

@@ -131,6 +131,7 @@ def dry_run(*args):
     return proc.stdout.strip().splitlines()
 
 
+@pytest.mark.slow
 def test_sweep_dry_run_lists_table3_with_phase_one_reuse():
     lines = dry_run("table3:cifar10", "--sizes", "100,50000", "--seeds", "0,1")
     assert len(lines) == 9 * 2 * 2  # rows x sizes x seeds
@@ -162,6 +163,7 @@ def test_sweep_dry_run_lists_table3_with_phase_one_reuse():
     assert paper[-1].endswith("--config.data.n_train=0 --config.seed=0")
 
 
+@pytest.mark.slow
 def test_sweep_paper_sizes_and_realisations_for_scaled_mnist():
     lines = dry_run("mnist_ii_disco_ws")
     assert len(lines) == 8 * 6
@@ -174,6 +176,7 @@ def test_sweep_paper_sizes_and_realisations_for_scaled_mnist():
     assert "--config.seed=3" in pooled and "--config.data.realisation=3" in pooled
 
 
+@pytest.mark.slow
 def test_sweep_heads_share_phase_one_and_slurm_script(tmp_path):
     runs = sweep.build(["heads"], sizes="full", seeds="0")
     assert [r.overrides["model.head"] for r in runs] == list(sweep.HEADS)
@@ -233,6 +236,7 @@ def test_sweep_local_pins_devices_and_slots(monkeypatch):
         sweep.slot_envs(7, 1, "gpu", per_gpu=3)
 
 
+@pytest.mark.slow
 def test_sweep_local_runs_side_by_side_and_resumes(tmp_path):
     """Two tiny runs at once, each on its own 2 forced CPU devices; a second call skips the
     finished runs and resumes an unfinished one from its checkpoint."""

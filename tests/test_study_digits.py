@@ -770,6 +770,7 @@ def test_val_source_train_holds_out_a_fifth_of_the_training_split():
         data.load(cfg)
 
 
+@pytest.mark.slow
 def test_rotation_ii_family_is_exactly_invariant_to_90_degree_rotations_of_digits():
     """``configs/digits_e2_rot.py`` (D4, D4, C4, E(2)-II over C4) at a tiny width with random
     parameters: the logits of rotated-and-scaled test digits and of the same digits turned by

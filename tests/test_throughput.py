@@ -45,6 +45,7 @@ def test_width_divisor_multiplies_every_stream():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags,message",
     [

@@ -295,6 +295,7 @@ _TWO_DEVICES = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_two_devices_match_one_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     proc = subprocess.run(
@@ -326,6 +327,7 @@ def test_train_state_roundtrip_through_variables():
     chex.assert_trees_all_equal(again.batch_stats, state.batch_stats)
 
 
+@pytest.mark.slow
 def test_trains_on_tfds_uint8_images_under_mock_data(tmp_path):
     """The TFDS path (uint8 images, normalised and crop/flip-augmented on the device)."""
     import tensorflow_datasets as tfds

@@ -8,7 +8,11 @@ it the same way:
 * :mod:`invjax.configs.base`: ``get_config()`` with every key and its default;
 * :mod:`invjax.configs.models`: the model section of every architecture in the paper's appendix
   and :data:`~invjax.configs.models.MODELS`, the registry of their names;
-* :mod:`invjax.configs.common`: the two-phase multi-stream helpers.
+* :mod:`invjax.configs.common`: the two-phase multi-stream helpers;
+* :mod:`invjax.configs.table3`: the paper's Table 3 rows, from one table of their differences.
+
+``import invjax.configs`` is enough to use them (``invjax.configs.models.get(...)``): each is
+imported on first use.
 
 A config of your own starts from a shipped one in either of two ways::
 
@@ -90,4 +94,15 @@ def load(path: str):
         return module.get_config(arg) if sep else module.get_config()
 
 
-__all__ = ["ConfigFileError", "load"]
+#: The submodules, imported on first use: ``import invjax.configs`` is enough for
+#: ``invjax.configs.models.get(...)`` (without loading the models for a bare :func:`load`).
+SUBMODULES = ("base", "common", "models", "table3")
+
+
+def __getattr__(name: str):
+    if name in SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ConfigFileError", "load", *SUBMODULES]

@@ -60,8 +60,18 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.batch_size = 128  # global batch; must divide by the number of devices
     config.train.eval_batch_size = 500
     config.train.num_epochs = 30
-    config.train.lr_boundaries = (20,)  # epochs after which the learning rate is multiplied
-    config.train.lr_decay_factor = 0.1  # ... by this factor
+    # The learning rate is multiplied by lr_decay_factor at each boundary, given either in
+    # epochs (lr_boundaries) or, when lr_boundaries is None, as fractions of num_epochs
+    # (lr_boundary_fractions: the paper's configs, so that a changed num_epochs keeps the
+    # schedule's shape). lr_boundaries, when not None, is the schedule.
+    config.train.lr_boundaries = (20,)
+    config.train.lr_boundary_fractions = config_dict.placeholder(tuple)
+    config.train.lr_decay_factor = 0.1
+    # Scales every stage of the run: each trains max(1, round(num_epochs * epochs_scale)) epochs
+    # with its schedule scaled alike (--config.train.epochs_scale=0.25 for a first try). The
+    # streams of a two-phase run follow it unless config.phase1.<stream>.train.epochs_scale is
+    # set; --dry_run prints every stage's resulting epochs and schedule.
+    config.train.epochs_scale = 1.0
     config.train.select_best = False  # report the epoch with the lowest validation error
     config.train.eval_every_epochs = 1
     config.train.log_every_steps = 50

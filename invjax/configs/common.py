@@ -21,15 +21,23 @@ from ml_collections import config_dict
 from invjax.models.multistream import PHASE2_TRAINABLE
 
 
+def schedule_fractions(tc, fractions: tuple) -> None:
+    """Give ``config.train``'s schedule as ``fractions`` of its epochs: ``lr_boundary_fractions``
+    set and ``lr_boundaries`` None (a typed placeholder, so that ``--config.train.lr_boundaries``
+    can still give it in epochs; a plain None could not be overridden)."""
+    tc.lr_boundaries = config_dict.placeholder(tuple)
+    tc.lr_boundary_fractions = tuple(fractions)
+
+
 def divide_epochs(tc, divisor: int) -> None:
-    """Divide ``num_epochs`` and the schedule's boundaries of ``config.train`` by ``divisor``."""
-    if tc.num_epochs % divisor or any(b % divisor for b in tc.lr_boundaries):
-        raise ValueError(
-            f"epochs {tc.num_epochs} / boundaries {tuple(tc.lr_boundaries)} do not divide by "
-            f"{divisor}"
-        )
+    """Divide ``num_epochs`` and the schedule's boundaries of ``config.train`` by ``divisor``
+    (boundaries given as fractions of the run stay as they are)."""
+    bounds = () if tc.lr_boundaries is None else tuple(tc.lr_boundaries)
+    if tc.num_epochs % divisor or any(b % divisor for b in bounds):
+        raise ValueError(f"epochs {tc.num_epochs} / boundaries {bounds} do not divide by {divisor}")
     tc.num_epochs //= divisor
-    tc.lr_boundaries = tuple(b // divisor for b in tc.lr_boundaries)
+    if tc.lr_boundaries is not None:
+        tc.lr_boundaries = tuple(b // divisor for b in bounds)
 
 
 def multistream(streams: dict, head: str = "map_e2", freeze_streams: bool = True):
@@ -68,6 +76,8 @@ def two_phase(
         config.phase1[name] = ml_collections.ConfigDict(
             {"train": stream.train, "workdir": config_dict.placeholder(str)}
         )
+        # None: the stream follows config.train.epochs_scale (a number: its own)
+        config.phase1[name].train.epochs_scale = config_dict.placeholder(float)
     tc = config.train
     tc.phases = "two_phase"
     tc.trainable = PHASE2_TRAINABLE

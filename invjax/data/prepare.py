@@ -1,6 +1,6 @@
 """Prepare a TFDS dataset once so that training can read it offline with ``tfds.data_source``.
 
-Usage (on a machine with internet access; needs TensorFlow: ``pip install 'invjax[prepare]'``)::
+Usage (on a machine with internet access; needs the ``prepare`` extra: ``pip install -e ".[prepare]"``)::
 
     python -m invjax.data.prepare cifar10 [--data_dir=DIR]
     python -m invjax.data.prepare mnist_scale   # MNIST, then Scaled-MNIST realisations 0..5
@@ -19,6 +19,25 @@ from invjax.data import scaled_mnist, sources
 
 NAMES = (*sources.TFDS_DATASETS, "mnist_scale")
 OFFLINE = ("digits", "scaled_digits", "rotscaled_digits")
+#: What installs the modules that downloading and preparing need (pyproject's ``prepare`` extra).
+EXTRA = 'pip install -e ".[prepare]"'
+
+
+class MissingExtraError(RuntimeError):
+    """A module of the ``prepare`` extra is not installed; the message names it and the extra."""
+
+
+def _missing(name: str, module: str) -> MissingExtraError:
+    return MissingExtraError(
+        f"preparing {name!r} needs the module {module!r} of the 'prepare' extra, which is not "
+        f"installed: {EXTRA} (in a checkout; or pip install 'invjax[prepare]')"
+    )
+
+
+def _builder(tfds_name: str, data_dir: str | None):
+    import tensorflow_datasets as tfds
+
+    return tfds.builder(tfds_name, data_dir=data_dir, file_format=sources.FILE_FORMAT)
 
 
 def prepare(
@@ -30,18 +49,12 @@ def prepare(
         return
     if name not in NAMES:
         raise ValueError(f"unknown dataset {name!r}: valid names are {[*NAMES, *OFFLINE]}")
-    import tensorflow_datasets as tfds
-
     tfds_name = "mnist" if name == "mnist_scale" else name
-    builder = tfds.builder(tfds_name, data_dir=data_dir, file_format=sources.FILE_FORMAT)
-    try:
+    try:  # TFDS imports TensorFlow and its downloaders' modules only when it prepares
+        builder = _builder(tfds_name, data_dir)
         builder.download_and_prepare()
     except ModuleNotFoundError as e:
-        if "tensorflow" not in str(e):
-            raise
-        raise SystemExit(
-            f"preparing {tfds_name!r} needs TensorFlow ({e}): pip install 'invjax[prepare]'"
-        ) from e
+        raise _missing(name, e.name or str(e)) from e
     print(f"prepared {tfds_name} in {builder.data_dir}")
     if name == "mnist_scale":
         for r in realisations:
@@ -58,7 +71,11 @@ def main(argv=None) -> int:
     parser.add_argument("name", choices=[*NAMES, *OFFLINE], help="dataset to prepare")
     parser.add_argument("--data_dir", default=None, help="TFDS data dir (default: TFDS's)")
     args = parser.parse_args(argv)
-    prepare(args.name, args.data_dir)
+    try:
+        prepare(args.name, args.data_dir)
+    except (MissingExtraError, ValueError) as e:  # refused: one line, exit status 2
+        print(f"invjax: error: {e}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

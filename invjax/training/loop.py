@@ -51,7 +51,7 @@ from invjax import workdir as workdir_lib
 from invjax.logging_utils import METRICS_FILE, Reporter, hparams, read_records
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
-from invjax.training.optimizer import lr_schedule
+from invjax.training.optimizer import boundaries_in_epochs, lr_schedule
 from invjax.training.signals import Interrupted, Stopped, StopRequest, StopVote
 from invjax.training.state import best_variables, initial_state, state_factory
 from invjax.training.steps import batch_indices, evaluate, jit_steps, with_stats
@@ -182,7 +182,10 @@ class _Loop:
             log_every_steps=self.tc.log_every_steps or self.spe,
             enabled=self.primary,
             learning_rate=lr_schedule(
-                self.tc.learning_rate, self.tc.lr_boundaries, self.tc.lr_decay_factor, self.spe
+                self.tc.learning_rate,
+                boundaries_in_epochs(self.tc),
+                self.tc.lr_decay_factor,
+                self.spe,
             ),
             label=label,
             position=position,

@@ -2,7 +2,7 @@
 
 ``config.seeds = (k_1, ..., k_K)`` with ``K >= 2`` trains K independent models, model ``k`` in
 ``DIR/seed_<k>/`` exactly as ``python -m invjax.main ... --config.seed=k --workdir=DIR/seed_<k>``
-would: its config is :func:`model_config` (the seed set, which through ``configs/base.py``'s
+would: its config is :func:`model_config` (the seed set, which through ``invjax/configs/base.py``'s
 shared reference also draws ``data.seed``'s training subset; ``data.realisation = k`` too where
 ``config.realisation_from_seed``), so its ``config.json``, checkpoints, ``metrics.jsonl`` and
 ``results.json`` are those of that single run, and either command resumes the other's work.
@@ -82,8 +82,8 @@ def _check_keys(config) -> None:
 
 
 def model_config(config, seed: int):
-    """The single run's config of model ``seed``: ``seed`` set (a copy keeps configs/base.py's
-    reference ``data.seed = seed``), ``data.realisation = seed`` where
+    """The single run's config of model ``seed``: ``seed`` set (a copy keeps
+    invjax/configs/base.py's reference ``data.seed = seed``), ``data.realisation = seed`` where
     ``realisation_from_seed``, and this module's keys back to None."""
     c = copy.deepcopy(config)
     with c.unlocked():
@@ -115,6 +115,7 @@ def split(config):
     ValueError for a bad value, before anything is loaded."""
     seeds = seeds_of(config)
     _check_keys(config)
+    plan_lib.check_seeds(config)
     if seeds is not None and len(seeds) >= 2:
         return seeds, config
     if seeds is None and all(config.get(k) is None for k in KEYS):

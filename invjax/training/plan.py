@@ -22,6 +22,14 @@
     The multi-stream network trained as one run from random initialisation
     (``freeze_streams=False``; appendix B.2).
 
+Epochs and schedules. :func:`resolve` applies ``train.epochs_scale`` to every stage (each trains
+``max(1, round(num_epochs * scale))`` epochs; a phase-1 stream follows the run's scale unless its
+own ``config.phase1.<stream>.train.epochs_scale`` is set) and turns a schedule given as fractions
+of the run (``train.lr_boundary_fractions``) into epochs; :func:`check` runs on the result, and
+each run stores it. :func:`check_values` refuses out-of-range values first (NaN anywhere,
+probabilities and BatchNorm momenta outside [0, 1)); ``--dry_run`` prints
+:func:`schedule_text`: every stage's epochs, steps and schedule.
+
 Resuming and reuse. Every run of a phase is an ordinary run (contract 1): it resumes from its own
 checkpoints. A run whose ``results.json`` records all its epochs and whose stored config is this
 one is *finished*: it is reused, never recomputed, so restarting the command resumes whichever
@@ -44,6 +52,7 @@ phases together.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -54,6 +63,7 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 
 from invjax import checkpoint
 from invjax import data as data_lib
@@ -62,6 +72,12 @@ from invjax.layers.heads import STREAMS as STREAM_NAMES
 from invjax.logging_utils import format_duration
 from invjax.training import loop
 from invjax.training.experiment import Experiment, check_resume_config, prepare, with_sources
+from invjax.training.optimizer import (
+    boundaries_in_epochs,
+    check_epochs_scale,
+    is_num,
+    resolve_train,
+)
 
 PHASES = ("single", "two_phase", "end_to_end")
 STREAMS_SUBDIR = "streams"
@@ -112,6 +128,109 @@ def phases_of(config) -> str:
     if phases not in PHASES:
         raise ValueError(f"train.phases={phases!r} is invalid: choose one of {list(PHASES)}")
     return phases
+
+
+def check_values(config, prefix: str = "") -> None:
+    """One ValueError naming the first value of ``config`` outside its range, before anything
+    is loaded: NaN anywhere, a ``dropout`` probability outside [0, 1), a BatchNorm
+    ``bn_momentum`` (running statistics' decay) outside [0, 1), in every section (a
+    multi-stream model holds one per stream). The trainer's keys are checked by
+    :func:`invjax.training.optimizer.validate_train_config`, the data's by the data layer."""
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if hasattr(value, "items"):
+            check_values(value, f"{path}.")
+            continue
+        items = value if isinstance(value, tuple | list) else (value,)
+        if any(isinstance(v, float | np.floating) and math.isnan(v) for v in items):
+            raise ValueError(f"{path}={value!r} is invalid: NaN is not a setting, give a number")
+        if value is None:
+            continue
+        if key == "dropout" and (not is_num(value) or not 0 <= value < 1):
+            raise ValueError(
+                f"{path}={value!r} is invalid: a dropout probability must be in [0, 1)"
+            )
+        if key == "bn_momentum" and (not is_num(value) or not 0 <= value < 1):
+            raise ValueError(
+                f"{path}={value!r} is invalid: BatchNorm's running-statistics momentum must be "
+                "in [0, 1) (decay = 1 - momentum; 0.9 = PyTorch's default)"
+            )
+
+
+def check_seeds(config) -> None:
+    """``config.seeds`` with a ``config.seed`` other than 0: refused (each model of a
+    several-seed run takes its seed from ``config.seeds``; a ``seed`` beside it would be
+    ignored)."""
+    seeds, seed = config.get("seeds"), config.get("seed", 0)
+    if seeds is not None and seed != 0:
+        raise ValueError(
+            f"seed={seed!r} and seeds={tuple(seeds) if isinstance(seeds, list | tuple) else seeds!r}"
+            " are both set: with config.seeds each model's seed is one of the seeds; drop "
+            "--config.seed (or list it in --config.seeds)"
+        )
+
+
+def _unresolved(config) -> bool:
+    sections = [config.train] + [
+        config.phase1[s].train for s in (config.get("phase1") or {}) if "train" in config.phase1[s]
+    ]
+    return any("epochs_scale" in t or "lr_boundary_fractions" in t for t in sections)
+
+
+def resolve(config):
+    """``config`` as its stages train (a copy; ``config`` itself where nothing is to resolve).
+
+    ``config.train`` and every ``config.phase1.<stream>.train`` become
+    :func:`~invjax.training.optimizer.resolve_train`'s sections: epochs scaled by
+    ``train.epochs_scale`` (a stream by its own ``epochs_scale`` where set, else by the run's)
+    and the schedule in epochs. Idempotent: the resolved sections hold no key left to apply.
+    """
+    if not _unresolved(config):
+        return config
+    c = copy.deepcopy(config)  # keeps invjax/configs/base.py's reference data.seed = seed
+    scale = check_epochs_scale(c.train.get("epochs_scale"))
+    with c.unlocked():
+        for name in c.get("phase1") or {}:
+            tc = c.phase1[name].get("train")
+            if tc is None:
+                continue  # _check_two_phase names the missing recipe
+            where = f"phase1.{name}."
+            own = tc.get("epochs_scale")
+            try:
+                s = scale if own is None else check_epochs_scale(own, f"{where}train.epochs_scale")
+                c.phase1[name].train = resolve_train(tc, s)
+            except ValueError as e:
+                msg = str(e)
+                raise ValueError(msg if msg.startswith(where) else where + msg) from e
+        c.train = resolve_train(c.train, scale)
+    return c
+
+
+def schedule_text(plan: Plan) -> str:
+    """Each stage's epochs, steps and learning-rate schedule (boundaries in epochs), as the
+    stages will train them (``--dry_run`` prints it)."""
+    n = len(plan.stages)
+    lines = ["schedule (each stage as it trains):"]
+    for i, stage in enumerate(plan.stages):
+        tc = stage.config.train
+        if stage.experiment is not None:
+            spe = stage.experiment.steps_per_epoch
+        else:  # finished before: its own record
+            r = stage.results or {}
+            spe = (r.get("steps") or 0) // max(1, int(r.get("epochs") or 1))
+        bounds = boundaries_in_epochs(tc)
+        rate = f"learning rate {tc.learning_rate:g}"
+        if bounds:
+            at = ", ".join(f"{b:g}" for b in bounds)
+            rate += f", x{tc.lr_decay_factor:g} after epoch{'s' if len(bounds) > 1 else ''} {at}"
+        else:
+            rate += " (constant)"
+        lines.append(
+            f"  [{i + 1}/{n}] {stage.label}: {tc.num_epochs} epoch"
+            f"{'s' if tc.num_epochs != 1 else ''} x {spe} steps = "
+            f"{tc.num_epochs * spe} steps; {rate}"
+        )
+    return "\n".join(lines)
 
 
 def _copy(section):
@@ -209,14 +328,16 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     the multi-stream ``width_divisor`` if one is set, and the network's ``num_classes``); train
     ``config.phase1.<name>.train``. Built with the same keys as a single-stream config file, so
     that a run of, e.g., ``configs/cifar10_e2_ii.py`` with the same data and seed is the same
-    experiment and can be reused through ``config.phase1.<name>.workdir``.
+    experiment and can be reused through ``config.phase1.<name>.workdir``. Of a config not yet
+    :func:`resolve`-d, the stream's ``train.epochs_scale`` is the one it trains with (its own,
+    else the run's), so that it equals the stream's own config file's at the same scale.
     """
     c = ml_collections.ConfigDict()
     # seed_offset: streams of one family in several slots (Table 4's three standard streams)
     # must not be the same run.
     c.seed = config.seed + int(config.phase1[name].get("seed_offset", 0) or 0)
     c.multi_host = config.get("multi_host", False)
-    # A single run's values of the many-seed keys (invjax.training.many; configs/base.py).
+    # A single run's values of the many-seed keys (invjax.training.many; invjax/configs/base.py).
     c.seeds = ml_collections.config_dict.placeholder(tuple)
     c.realisation_from_seed = ml_collections.config_dict.placeholder(bool)
     c.seeds_strategy = ml_collections.config_dict.placeholder(str)
@@ -234,6 +355,9 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
     c.train = _copy(config.phase1[name].train)
     with c.train.unlocked():
         c.train.phases = "single"
+        if "epochs_scale" in c.train and c.train.epochs_scale is None:  # follows the run's
+            scale = config.train.get("epochs_scale")
+            c.train.epochs_scale = 1.0 if scale is None else scale
     return c
 
 
@@ -293,6 +417,8 @@ def check(config, workdir: str) -> Plan:
     Every stage still to run is prepared here, once, for :func:`execute` to run; phase 2 without
     its phase-1 sources while those are not finished (everything else about it is checked).
     """
+    check_values(config)
+    config = resolve(config)
     phases = phases_of(config)
     if phases == "end_to_end":
         _check_end_to_end(config)
