@@ -430,7 +430,7 @@ def test_resolve_is_idempotent_and_keeps_the_seed_reference():
     assert plan.resolve(once) is once and "epochs_scale" not in once.train
     assert config.train.epochs_scale == 0.5  # the given config is left as it was
     once.seed = 7
-    assert once.data.seed == 7  # configs/base.py's data.seed = seed
+    assert once.data.seed == 7  # invjax/configs/base.py's data.seed = seed
 
 
 @pytest.mark.parametrize(
