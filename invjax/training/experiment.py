@@ -26,7 +26,13 @@ from invjax import precision as P
 from invjax.layers.scale import describe_lowerings
 from invjax.logging_utils import banner
 from invjax.models.common import count_params
-from invjax.training.optimizer import count_trainable, is_int, make_optimizer, validate_train_config
+from invjax.training.optimizer import (
+    count_trainable,
+    is_int,
+    make_optimizer,
+    resolve_train,
+    validate_train_config,
+)
 from invjax.training.state import graft, init_variables, state_factory
 
 #: The longest run :func:`prepare` accepts, in optimiser steps (``num_epochs`` x steps per epoch):
@@ -135,8 +141,10 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
     seed = config.seed
     if not is_int(seed) or not 0 <= seed < 2**31:
         raise ValueError(f"seed={seed!r} is invalid: it must be an integer in [0, 2**31)")
+    validate_train_config(config.train)
+    with config.unlocked():  # the schedule in epochs, as runs store it (plan.resolve)
+        config.train = resolve_train(config.train)
     tc = config.train
-    validate_train_config(tc)
     precision = P.check(config.get("precision", "default"), "precision")
     eval_precision = P.check(config.get("eval_precision", P.EXACT), "eval_precision")
     mesh = parallel.make_mesh()
