@@ -334,7 +334,8 @@ def finished(run: Run) -> bool:
     dirs = _model_dirs(run)
     if not all(os.path.isfile(os.path.join(d, "results.json")) for d in dirs):
         return False
-    config = load_config(run.config, run.overrides)
+    # As its runs store it: epochs scaled and the schedule in epochs (plan.resolve).
+    config = plan.resolve(load_config(run.config, run.overrides))
     seeds, config = many.split(config)
     configs = [many.model_config(config, k) for k in seeds] if seeds else [config]
     with contextlib.chdir(REPO):  # the commands' relative paths (phase1.*.workdir) resolve here

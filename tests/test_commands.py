@@ -278,7 +278,7 @@ def test_every_cli_has_a_useful_help():
         [sys.executable, "-m", "invjax.main", "--config=configs/digits_cnn.py", "--help"],
         timeout=120,
     )
-    assert proc.returncode == 0 and "--config.train.lr_boundaries=(20, 25)" in proc.stdout
+    assert proc.returncode == 0 and "--config.train.lr_boundary_fractions=(0.666" in proc.stdout
 
 
 def test_commands_parser_finds_blocks_spans_and_continuations():
