@@ -35,13 +35,16 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))  # measure the invjax of this checkout
+sys.path.insert(0, str(HERE))  # peer_process, beside this script
+
+import peer_process  # noqa: E402
+
 PARTS = ("layers", "net")
 LAYER_CASES = ("lift", "conv2", "conv3")
 # name: (kind, in channels, out channels, map size), as DISCO's network applies them
@@ -97,40 +100,16 @@ def parse_args(argv=None):
     return args
 
 
-class PeerProcess:
+class PeerProcess(peer_process.PeerProcess):
     """disco_side.py in the peer's venv, one JSON request and answer per line."""
 
     def __init__(self, python: str, disco: str, log_path: str):
-        self.log = open(log_path, "w")  # noqa: SIM115 (open for the process's lifetime)
         cmd = [python, str(HERE / "disco_side.py"), "--disco", disco]
         cmd += ["--threads", str(os.cpu_count() or 1)]
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
-        )
-
-    def __call__(self, op: str, **kw) -> dict:
-        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the DISCO process ended (log: {self.log.name})")
-        return json.loads(line)
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
-        self.log.close()
+        super().__init__("DISCO", cmd, log_path)
 
 
-class NoPeer:
-    """Stands in for the peer under ``--no-peer``: every answer is empty, and no failure."""
-
-    def __call__(self, op, **kw):
-        return {"ok": False, "error": None}
-
-    def close(self):
-        pass
+NoPeer = peer_process.NoPeer
 
 
 def timed(fn, *args) -> float:

@@ -48,7 +48,6 @@ import math
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +56,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 # Measure the invjax of this checkout, not whichever one is installed.
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))  # peer_process, beside this script
+
+import peer_process  # noqa: E402
+
 PARTS = ("layer", "pieces", "wrn", "equivariance")
 DEFAULT_PARTS = ("layer", "wrn", "equivariance")
 GROUP = "D8"
@@ -130,44 +133,16 @@ def parse_args(argv=None):
 # the peer subprocess
 
 
-class PeerProcess:
+class PeerProcess(peer_process.PeerProcess):
     """e2cnn_side.py in the peer's venv, one JSON request and answer per line."""
 
     def __init__(self, python: str, log_path: str):
-        self.log = open(log_path, "w")  # noqa: SIM115 (open for the process's lifetime)
         threads = str(os.cpu_count() or 1)
-        self.proc = subprocess.Popen(
-            [python, str(HERE / "e2cnn_side.py"), "--threads", threads],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            cwd=str(REPO),
-        )
-
-    def __call__(self, op: str, **kw) -> dict:
-        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the e2cnn process ended (log: {self.log.name})")
-        return json.loads(line)
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
-        self.log.close()
+        cmd = [python, str(HERE / "e2cnn_side.py"), "--threads", threads]
+        super().__init__("e2cnn", cmd, log_path, cwd=str(REPO))
 
 
-class NoPeer:
-    """Stands in for the peer under ``--no-peer``: every answer is empty, and no failure."""
-
-    def __call__(self, op, **kw):
-        return {"ok": False, "error": None}
-
-    def close(self):
-        pass
+NoPeer = peer_process.NoPeer
 
 
 # ----------------------------------------------------------------------------------------------
