@@ -20,6 +20,21 @@ from launch.studies.plan import Rule, Study
 HOLM_FAMILIES = {"all": "every complete comparison", "claim": "each claim and dataset"}
 
 
+def convergence_section(errors) -> list[str]:
+    """The report's "Convergence" section (no lines when no run was judged)."""
+    judged, bad, names = tables.convergence_summary(errors)
+    if not judged:
+        return []
+    return [
+        "## Convergence",
+        "",
+        f"{bad} of {judged} main runs unconverged (training loss over the last 10% of the "
+        f"epochs more than {100 * stats.PLATEAU_REL:g}% below the 10% before, and above "
+        f"{stats.LOSS_FLOOR}): " + (", ".join(names) if names else "none") + ".",
+        "",
+    ]
+
+
 def claims_table(
     study: Study, errors: dict, need: int, test: str = "t", family: str = "all"
 ) -> list[dict]:
@@ -319,16 +334,7 @@ def write_report(
             ]
     text += sensitivity_markdown(study, claims, holm_family, other)
     first, first_claims = superseded(study, rows, rule, need, test, holm_family)
-    judged, bad, names = tables.convergence_summary(errors)
-    if judged:
-        text += [
-            "## Convergence",
-            "",
-            f"{bad} of {judged} main runs unconverged (training loss over the last 10% of the "
-            f"epochs more than {100 * stats.PLATEAU_REL:g}% below the 10% before, and above "
-            f"{stats.LOSS_FLOOR}): " + (", ".join(names) if names else "none") + ".",
-            "",
-        ]
+    text += convergence_section(errors)
     text += first
     os.makedirs(out, exist_ok=True)
     written = []
@@ -567,16 +573,7 @@ def write_registered_report(
                 table,
                 "",
             ]
-    judged, bad, names = tables.convergence_summary(errors)
-    if judged:
-        text += [
-            "## Convergence",
-            "",
-            f"{bad} of {judged} main runs unconverged (training loss over the last 10% of the "
-            f"epochs more than {100 * stats.PLATEAU_REL:g}% below the 10% before, and above "
-            f"{stats.LOSS_FLOOR}): " + (", ".join(names) if names else "none") + ".",
-            "",
-        ]
+    text += convergence_section(errors)
     os.makedirs(out, exist_ok=True)
     written = []
     if figures:

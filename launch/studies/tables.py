@@ -10,6 +10,21 @@ import math
 from collections.abc import Sequence
 
 
+def error_cell(runs: dict, need: int, empty: str) -> str:
+    """One table cell: the mean ± sd test error of ``runs`` (``{seed: row}``), the count if
+    fewer than ``need`` landed, ``Nu`` for N unconverged runs; ``empty`` when none landed."""
+    if not runs:
+        return empty
+    e = [r["test_error"] for r in runs.values()]
+    m = sum(e) / len(e)
+    sd = math.sqrt(sum((x - m) ** 2 for x in e) / (len(e) - 1)) if len(e) > 1 else 0.0
+    cell = f"{m:.2f} ± {sd:.2f}" if len(e) > 1 else f"{m:.2f}"
+    if len(e) < need:
+        cell += f" ({len(e)})"
+    bad = sum(r.get("convergence", {}).get("converged") is False for r in runs.values())
+    return cell + (f" {bad}u" if bad else "")
+
+
 def _pct(x) -> str:
     return f"{x:.2f}" if isinstance(x, int | float) and math.isfinite(x) else "-"
 
@@ -70,20 +85,7 @@ def results_table(errors: dict, dataset: str, families: Sequence[str], need: int
     for family in families:
         cells = []
         for n in sizes:
-            runs = errors.get((dataset, family, n), {})
-            if not runs:
-                cells.append("")
-                continue
-            e = [r["test_error"] for r in runs.values()]
-            m = sum(e) / len(e)
-            sd = math.sqrt(sum((x - m) ** 2 for x in e) / (len(e) - 1)) if len(e) > 1 else 0.0
-            cell = f"{m:.2f} ± {sd:.2f}" if len(e) > 1 else f"{m:.2f}"
-            if len(e) < need:
-                cell += f" ({len(e)})"
-            bad = sum(r.get("convergence", {}).get("converged") is False for r in runs.values())
-            if bad:
-                cell += f" {bad}u"
-            cells.append(cell)
+            cells.append(error_cell(errors.get((dataset, family, n), {}), need, empty=""))
         if any(cells):
             lines.append(f"| {family} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -185,18 +187,7 @@ def arms_table(
     for family in families:
         cells = []
         for n in sizes:
-            runs = errors.get((dataset, family, n), {})
-            if not runs:
-                cells.append("-")
-                continue
-            e = [r["test_error"] for r in runs.values()]
-            m = sum(e) / len(e)
-            sd = math.sqrt(sum((x - m) ** 2 for x in e) / (len(e) - 1)) if len(e) > 1 else 0.0
-            cell = f"{m:.2f} ± {sd:.2f}" if len(e) > 1 else f"{m:.2f}"
-            if len(e) < need:
-                cell += f" ({len(e)})"
-            bad = sum(r.get("convergence", {}).get("converged") is False for r in runs.values())
-            cells.append(cell + (f" {bad}u" if bad else ""))
+            cells.append(error_cell(errors.get((dataset, family, n), {}), need, empty="-"))
         if paper:
             cells.append("{:.2f} ± {:.2f}".format(*paper[family]) if family in paper else "")
         lines.append(f"| {family} | " + " | ".join(cells) + " |")
