@@ -17,7 +17,7 @@ from invjax import groups
 from invjax.bases import scale as B
 from invjax.layers import scale as L
 from invjax.ops import scale as ops
-from invjax.ops.conv import conv2d, conv2d_fft, fft_length
+from invjax.ops.conv import conv2d, conv2d_fft, conv2d_im2col, fft_length, im2col_patches
 
 MNIST = (15, 7, (1.0, 2 ** (1 / 3), 2 ** (2 / 3), 2.0))  # Scaled-MNIST (DISCO)
 WRN = (5, 3, (1.0, 2**0.5, 2.0))  # WRN streams (DISCO STL-10)
@@ -245,14 +245,18 @@ def _relative_differences(a_tuple, b_tuple):
     return out
 
 
+@pytest.mark.parametrize("lowering", ["fft", "im2col"])
 @pytest.mark.parametrize("config_name,size", [("wrn", 24), ("mnist", 12), ("mnist", 20)])
 @pytest.mark.parametrize("scale_size", [1, 2, 3])
-def test_fft_lowering_agrees_with_gradients_on_a_photo(config_name, size, scale_size):
-    """'fft' computes the per-scale sums: output, weight gradient and input gradient agree with
-    'per_scale' to float32 rounding on lifted features of the astronaut photo, also where the
-    15 x 15 kernel is larger than the 12 x 12 map (every wrapped read of the circular
-    correlation must land on zeros). Measured max difference relative to the largest entry:
-    up to 1.1e-6 (forward) and 5.8e-7 (gradients)."""
+def test_fft_and_im2col_lowerings_agree_with_gradients_on_a_photo(
+    config_name, size, scale_size, lowering
+):
+    """'fft' and 'im2col' compute the per-scale sums: output, weight gradient and input gradient
+    agree with 'per_scale' to float32 rounding on lifted features of the astronaut photo, also
+    where the 15 x 15 kernel is larger than the 12 x 12 map (every wrapped read of the circular
+    correlation must land on zeros; every patch reaching past the map reads zero padding).
+    Measured max difference relative to the largest entry: fft up to 1.1e-6 (forward) and
+    5.8e-7 (gradients)."""
     k, e, scales = {"mnist": MNIST, "wrn": WRN}[config_name]
     psi = B.disco_basis(k, e, scales)
     S = len(scales)
@@ -269,7 +273,7 @@ def test_fft_lowering_agrees_with_gradients_on_a_photo(config_name, size, scale_
         (_, y), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(w, x)
         return (y,) + grads
 
-    diffs = _relative_differences(run("per_scale"), run("fft"))
+    diffs = _relative_differences(run("per_scale"), run(lowering))
     assert max(diffs) <= 5e-6, diffs
 
 
@@ -291,6 +295,37 @@ def test_conv2d_fft_matches_conv2d(h, w, k):
 
     diffs = _relative_differences(run(lambda x, k: conv2d(x, k)), run(conv2d_fft))
     assert max(diffs) <= 5e-6, diffs
+
+
+@pytest.mark.parametrize(
+    "h,w,k,dilation", [(9, 11, 15, 1), (16, 16, 5, 1), (8, 7, 3, 2), (5, 6, 1, 1)]
+)
+def test_conv2d_im2col_matches_conv2d(h, w, k, dilation):
+    """One matrix product over gathered taps equals :func:`conv2d`'s 'SAME' correlation with
+    gradients, for kernels larger or smaller than the map and dilated taps; the patches are
+    the input's values under each tap, zero past the border."""
+    x = _rng_normal(11, (2, h, w, 3))
+    kern = _rng_normal(12, (k, k, 3, 4))
+    probe = _rng_normal(13, (2, h, w, 4))
+
+    def run(f):
+        def loss(x, kern):
+            y = f(x, kern)
+            return jnp.sum(y * probe), y
+
+        (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(x, kern)
+        return (y,) + grads
+
+    direct = run(lambda x, k: conv2d(x, k, dilation=dilation))
+    diffs = _relative_differences(direct, run(lambda x, k: conv2d_im2col(x, k, None, dilation)))
+    assert max(diffs) <= 5e-6, diffs
+    patches = np.asarray(im2col_patches(x, k, dilation))
+    p = dilation * (k // 2)
+    assert patches.shape == (2, h, w, k, k, 3)
+    np.testing.assert_array_equal(patches[:, p, p, k // 2, k // 2], np.asarray(x)[:, p, p])
+    np.testing.assert_array_equal(patches[:, 0, 0, 0, 0], 0.0 if p else np.asarray(x)[:, 0, 0])
+    with pytest.raises(ValueError, match="kernel size \\(4, 4\\) is invalid"):
+        conv2d_im2col(x, jnp.zeros((4, 4, 3, 4)))
 
 
 def test_fft_length_covers_the_wrapped_reads():
@@ -327,6 +362,32 @@ def test_lift_fft_matches_direct_with_gradients():
         ops.scale_lift_conv(x, w, psi, 2, None, "fft")
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+def test_lift_im2col_matches_direct_with_gradients(channels):
+    """The lift as one matrix product over gathered taps (DISCO's Scaled-MNIST basis, 15 x 15
+    taps on a 20 x 21 map: patches reach past the border) against its one direct convolution,
+    with gradients; stride 2 is refused."""
+    basis = jnp.asarray(B.disco_basis(*MNIST), jnp.float32)
+    x = astronaut48()[:, :20, :21, :channels]
+    w = _rng_normal(14, (channels, 4, 49))
+    probe = _rng_normal(15, (1, 20, 21, 4, 4))
+
+    def run(lowering):
+        def loss(w, x):
+            y = ops.scale_lift_conv(x, w, basis, 1, None, lowering)
+            return jnp.sum(y * probe), y
+
+        (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(w, x)
+        return (y,) + grads
+
+    diffs = _relative_differences(run("per_scale"), run("im2col"))
+    assert max(diffs) <= 5e-6, diffs
+    with pytest.raises(ValueError, match="lowering='im2col' needs stride 1"):
+        ops.scale_lift_conv(x, w, basis, 2, None, "im2col")
+    with pytest.raises(ValueError, match="lowering='im2col' needs stride 1"):
+        ops.scale_conv(jnp.zeros((1, 8, 8, 4, 3)), jnp.zeros((3, 5, 1, 49)), basis, 2, "im2col")
+
+
 def test_auto_picks_fft_for_large_kernels_on_cpu():
     """'auto' on CPU: FFT where the kernel is large (DISCO's Scaled-MNIST layers, 15 x 15 on
     14 x 14 to 56 x 56 maps), the direct per-scale form for small kernels (k 5, 3 x 3 to 5 x 5
@@ -344,6 +405,14 @@ def test_auto_picks_fft_for_large_kernels_on_cpu():
     assert choose("auto", (28, 28), 15, mnist, stride=2) == "per_scale_compact"
     assert choose("auto", (28, 28), 15, mnist, precision="bf16") == "per_scale_compact"
     assert choose("auto", (28, 28), 15, mnist, precision="highest") == "fft"
+    # a lift with few input channels: one matrix product over the gathered taps
+    assert choose("auto", (56, 56), 15, mnist, lift_channels=1) == "im2col"
+    assert choose("auto", (56, 56), 15, mnist, lift_channels=3) == "fft"  # 675 values a row
+    assert choose("auto", (56, 56), 15, mnist, lift_channels=1, stride=2) == "per_scale_compact"
+    assert choose("auto", (28, 28), 5, wrn, lift_channels=1) == "per_scale_compact"  # few taps
+    assert ops.choose_lowering("auto", (56, 56), 15, mnist, backend="gpu", lift_channels=1) == (
+        "per_scale"
+    )
     assert ops.choose_lowering("auto", (28, 28), 15, mnist, backend="gpu") == "per_scale"
     assert choose("per_scale", (14, 14), 15, mnist) == "per_scale"
     with pytest.raises(ValueError, match="lowering='fast' is unknown"):
@@ -365,8 +434,9 @@ def test_describe_lowerings_names_each_scale_layer():
     net = ScaledMNISTNet(head="mixed", spatial_pool="avg")
     text = L.describe_lowerings(net, (2, 28, 28, 1))
     expect = "fft" if jax.default_backend() == "cpu" else NATIVE.get(jax.default_backend())
+    lift = "im2col" if jax.default_backend() == "cpu" else expect
     assert text == (
-        f"scale convolutions ({jax.default_backend()}): conv1 lift 1->32 on 56x56 k15: {expect}; "
+        f"scale convolutions ({jax.default_backend()}): conv1 lift 1->32 on 56x56 k15: {lift}; "
         f"conv2 32->63 on 28x28 k15: {expect}; conv3 63->95 on 14x14 k15: {expect}"
     )
     assert L.describe_lowerings(nn.Dense(3), (2, 4)) == ""
@@ -555,7 +625,7 @@ def _network(config, kind, scale_size=None, seed=0, lowering="auto"):
     k, e, scales = config
     kw = dict(kernel_size=k, effective_size=e, scales=scales, basis=kind)
     x = camera64()
-    lift = L.ScaleLiftConv(4, lowering=lowering, **kw)  # 'fft' or else one direct convolution
+    lift = L.ScaleLiftConv(4, lowering=lowering, **kw)  # 'fft', 'im2col' or one direct conv
     vl = lift.init(jax.random.PRNGKey(seed), x)
     if scale_size is None:
         return jax.jit(lambda z: lift.apply(vl, z))
@@ -608,7 +678,18 @@ def test_lift_equivariance_mnist_basis_fft():
     assert all(abs(d[s] - ref[s]) <= 1e-3 * ref[s] + 1e-11 for s in ref), (d, ref)
 
 
-@pytest.mark.parametrize("lowering", LOWERINGS + ("fft",))
+def test_lift_equivariance_mnist_basis_im2col():
+    """The same lift as matrix products over gathered taps (``lowering='im2col'``, what 'auto'
+    picks for it on CPU): the direct form's errors, DISCO's integer scale exact to float32
+    rounding."""
+    d, d_all = _errors("mnist", "disco", None, "im2col")
+    ref, _ = _errors("mnist", "disco", None, "per_scale")  # the direct convolution
+    assert d[3] < 1e-10
+    assert max(d.values()) < 2e-2 and d_all < 1.5e-2
+    assert all(abs(d[s] - ref[s]) <= 1e-3 * ref[s] + 1e-11 for s in ref), (d, ref)
+
+
+@pytest.mark.parametrize("lowering", LOWERINGS + ("fft", "im2col"))
 @pytest.mark.parametrize("config_name", ["wrn", "mnist"])
 @pytest.mark.parametrize("scale_size", [1, 2])
 def test_scale_conv_equivariance(config_name, scale_size, lowering):

@@ -49,7 +49,7 @@ PARTS = ("layers", "net")
 LAYER_CASES = ("lift", "conv2", "conv3")
 # name: (kind, in channels, out channels, map size), as DISCO's network applies them
 LAYERS = {"lift": ("lift", 1, 32, 56), "conv2": ("conv", 32, 63, 28), "conv3": ("conv", 63, 95, 14)}
-LOWERING_CHOICES = ("auto", "per_scale", "per_scale_compact", "fft", "grouped")
+LOWERING_CHOICES = ("auto", "per_scale", "per_scale_compact", "fft", "im2col", "grouped")
 
 
 def fail(msg: str) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 from invjax.bases import scale as scale_bases
 from invjax.groups import DEFAULT_SCALES
 from invjax.ops import scale as ops
-from invjax.ops.conv import conv2d, conv2d_fft, inference_kernel
+from invjax.ops.conv import inference_kernel
 
 
 def _validate(layer: str, features, kernel_size, effective_size, scales, basis, stride):
@@ -84,9 +84,10 @@ def _expanded_arrays(layer: nn.Module, x, expand) -> dict:
 class ScaleLiftConv(nn.Module):
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, features]`` (SESN Z2 -> H).
 
-    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, one conv2d, or one
-    product of spectra where ``lowering`` is ``'fft'``, or ``'auto'`` picks it for a large kernel
-    on CPU: :func:`invjax.ops.scale.choose_lowering`; speed only, the same results).
+    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, then one conv2d, one
+    product of spectra (``lowering='fft'``) or one matrix product over gathered taps
+    (``'im2col'``); ``'auto'`` picks per shape and backend:
+    :func:`invjax.ops.scale.choose_lowering`; speed only, the same results).
     """
 
     features: int
@@ -98,7 +99,7 @@ class ScaleLiftConv(nn.Module):
     use_bias: bool = False
     base_sigma: float | None = None  # Hermite only
     precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
-    lowering: str = "auto"  # invjax.ops.scale.LOWERINGS; 'fft' or a direct convolution
+    lowering: str = "auto"  # invjax.ops.scale.LOWERINGS; 'fft', 'im2col' or a direct convolution
 
     @nn.compact
     def __call__(self, x):
@@ -133,17 +134,12 @@ class ScaleLiftConv(nn.Module):
         return _expanded_arrays(self, x, ops.expand_lift_kernel)
 
     def inference_call(self, arrays, x):
-        """The layer from :meth:`inference_arrays`: one convolution, ``[B, H', W', S, features]``
-        (by FFT where the training form's lowering is ``'fft'``)."""
-        kern = arrays["kernel"]
-        lowering = ops.choose_lowering(
-            self.lowering, x.shape[1:3], kern.shape[0], None, self.stride, self.precision
+        """The layer from :meth:`inference_arrays`, ``[B, H', W', S, features]``, lowered as the
+        training form is (:func:`lowering_choice`)."""
+        lowering = lowering_choice(self, x.shape)
+        y = ops.apply_lift_kernel(
+            x, arrays["kernel"], len(self.scales), self.stride, lowering, self.precision
         )
-        if lowering == "fft":
-            y = conv2d_fft(x, kern)
-        else:
-            y = conv2d(x, kern, self.stride, precision=self.precision)
-        y = y.reshape(y.shape[:3] + (len(self.scales), self.features))
         return y + arrays["bias"] if "bias" in arrays else y
 
 
@@ -156,7 +152,6 @@ class ScaleConv(nn.Module):
     ``'auto'`` is per layer (:func:`invjax.ops.scale.choose_lowering`): on CPU by FFT where the
     kernel is large against the map, else per-scale over each scale's non-zero taps; per-scale
     on GPU (measured faster on both), grouped elsewhere.
-    (:class:`ScaleLiftConv` needs no choice: it is one ungrouped convolution.)
     """
 
     features: int
@@ -289,13 +284,16 @@ def lowering_choice(layer: nn.Module, x_shape) -> str:
     """The lowering :class:`ScaleLiftConv` or :class:`ScaleConv` ``layer`` uses on an input of
     ``x_shape`` (``[B, H, W, Cin]`` or ``[B, H, W, S, Cin]``) on this backend:
     :func:`invjax.ops.scale.choose_lowering` with the layer's kernel, its basis' non-zero taps
-    (scale convolutions; the lift uses its full kernel), stride and precision."""
-    support = None
+    (scale convolutions; the lift uses its full kernel, and its input channels), stride and
+    precision."""
+    support = lift_channels = None
     if isinstance(layer, ScaleConv):
         sc = scale_bases.check_arguments(layer.kernel_size, layer.effective_size, layer.scales)[2]
         psi = _basis(layer.basis, layer.kernel_size, layer.effective_size, sc, layer.base_sigma)
         support = ops.kernel_support(psi)
-    elif not isinstance(layer, ScaleLiftConv):
+    elif isinstance(layer, ScaleLiftConv):
+        lift_channels = x_shape[-1]
+    else:
         raise ValueError(f"lowering_choice: {type(layer).__name__} is not a scale convolution")
     return ops.choose_lowering(
         layer.lowering,
@@ -304,6 +302,7 @@ def lowering_choice(layer: nn.Module, x_shape) -> str:
         support,
         layer.stride,
         layer.precision,
+        lift_channels=lift_channels,
     )
 
 

@@ -32,7 +32,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from invjax import precision as P
-from invjax.ops.conv import conv2d, conv2d_fft, fft_output, fft_spectra
+from invjax.ops.conv import (
+    conv2d,
+    conv2d_fft,
+    conv2d_im2col,
+    fft_output,
+    fft_spectra,
+)
 
 if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked in the tests
     from jax import Array
@@ -54,7 +60,15 @@ if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked i
 # slows down by an order of magnitude where a kernel is about as large as the map (15 x 15 taps
 # on 14 x 14 maps: ~20 GFLOP/s against ~250 for 7 x 7), and the FFT's cost does not grow with
 # the taps at all. On CPU 'auto' takes it per layer where FFT_MIN_TAPS says (choose_lowering).
-LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact", "fft")
+# 'im2col' gathers each output pixel's taps into one row (invjax.ops.conv.conv2d_im2col) and
+# multiplies all of them by the filters in one matrix product: XLA:CPU's direct convolution is slow
+# for few input channels and many taps (the Scaled-MNIST lift, 1 channel and 15 x 15 taps on
+# 56 x 56: direct 285 ms, fft 231, im2col 145 for forward + weight gradient at batch 32), while the
+# product runs at the CPU's matrix rate. Its rows hold Cin * k^2 values, so 'auto' takes it only
+# for the lift and where that depth is at most IM2COL_MAX_DEPTH. (Products per group of scales
+# over only their non-zero taps, kernel_support, were slower: 165 ms, the gathers cost more than
+# the 39 % of products they save.)
+LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact", "fft", "im2col")
 AUTO_LOWERING = {"cpu": "per_scale_compact", "gpu": "per_scale"}
 # The FFT form computes in float32 (complex64): 'auto' takes it only at precisions that are
 # float32 on CPU anyway (invjax.precision), never for bf16 or the TF32/bf16 emulations.
@@ -68,6 +82,7 @@ FFT_PRECISIONS = (None, "default", "highest", "exact_fast")
 # "Against DISCO (Scaled-MNIST, CPU)", gives the figures and the command).
 FFT_MIN_TAPS = 40
 FFT_MIN_SPAN_RATIO = 0.2
+IM2COL_MAX_DEPTH = 256
 
 
 def resolve_lowering(lowering: str) -> str:
@@ -99,12 +114,16 @@ def choose_lowering(
     stride: int = 1,
     precision: str | None = None,
     backend: str | None = None,
+    lift_channels: int | None = None,
 ) -> str:
     """The lowering a scale convolution uses on a ``map_shape = (H, W)`` input: ``lowering``
-    itself unless it is ``'auto'``; for ``'auto'``, ``'fft'`` on CPU where the kernel is large
-    (stride 1, a float32 ``precision``, :data:`FFT_MIN_TAPS` taps per pixel on average over the
-    scales by ``support``, a kernel spanning :data:`FFT_MIN_SPAN_RATIO` of the map), else
-    :func:`resolve_lowering`'s per-backend choice. ``backend``: default ``jax.default_backend()``.
+    itself unless it is ``'auto'``. For ``'auto'`` on CPU, at stride 1, a float32 ``precision``
+    and at least :data:`FFT_MIN_TAPS` taps per pixel on average over the scales (by
+    ``support``): ``'im2col'`` for a lift (``lift_channels``: its input channels) whose patch
+    rows hold at most :data:`IM2COL_MAX_DEPTH` values (``lift_channels * k^2``); else ``'fft'``
+    where the kernel spans :data:`FFT_MIN_SPAN_RATIO` of the map; else
+    :func:`resolve_lowering`'s per-backend choice. ``backend``: default
+    ``jax.default_backend()``.
     """
     base = resolve_lowering(lowering)
     if lowering != "auto":
@@ -115,9 +134,11 @@ def choose_lowering(
         and stride == 1
         and precision in FFT_PRECISIONS
         and mean_taps(kernel_size, support) >= FFT_MIN_TAPS
-        and kernel_size >= FFT_MIN_SPAN_RATIO * min(map_shape)
     ):
-        return "fft"
+        if lift_channels is not None and lift_channels * kernel_size**2 <= IM2COL_MAX_DEPTH:
+            return "im2col"
+        if kernel_size >= FFT_MIN_SPAN_RATIO * min(map_shape):
+            return "fft"
     return AUTO_LOWERING.get(backend, "grouped")
 
 
@@ -186,9 +207,10 @@ def scale_lift_conv(
       basis: ``[S, F, k, k]``.
       stride: 1 or 2 (:func:`conv2d`'s grid-symmetric rule).
       precision: the arithmetic of the products (:mod:`invjax.precision`).
-      lowering: ``'fft'`` (:func:`invjax.ops.conv.conv2d_fft`, stride 1), any other of
-        :data:`LOWERINGS` for the one direct :func:`conv2d`, or ``'auto'``:
-        :func:`choose_lowering` on the full kernel (the lift's one convolution uses every tap).
+      lowering: ``'fft'`` (:func:`invjax.ops.conv.conv2d_fft`), ``'im2col'``
+        (:func:`invjax.ops.conv.conv2d_im2col`; both stride 1), any other of :data:`LOWERINGS`
+        for the one direct :func:`conv2d`, or ``'auto'``: :func:`choose_lowering` on the full
+        kernel (the lift's one product uses every tap) and the input's channels.
     """
     if x.ndim != 4 or weight.ndim != 3 or x.shape[-1] != weight.shape[0]:
         raise ValueError(
@@ -197,21 +219,34 @@ def scale_lift_conv(
         )
     S, k = basis.shape[0], basis.shape[-1]
     try:
-        lowering = choose_lowering(lowering, x.shape[1:3], k, None, stride, precision)
+        lowering = choose_lowering(
+            lowering, x.shape[1:3], k, None, stride, precision, lift_channels=x.shape[-1]
+        )
     except ValueError as e:
         raise ValueError(f"scale_lift_conv: {e}") from None
     kern = expand_lift_kernel(weight, basis, precision)
+    return apply_lift_kernel(x, kern, S, stride, lowering, precision)
+
+
+def apply_lift_kernel(x, kern, scales: int, stride: int, lowering: str, precision=None):
+    """The convolution of :func:`scale_lift_conv` with its expanded kernel ``kern [k, k, Cin, S *
+    Cout]`` (:func:`expand_lift_kernel`, or box-folded by
+    :func:`invjax.ops.conv.inference_kernel`) and a resolved ``lowering`` (not ``'auto'``):
+    ``[B, H, W, Cin] -> [B, H', W', S, Cout]``."""
     if lowering == "fft":
-        _check_fft(stride, "scale_lift_conv")
+        _check_stride_1(stride, "scale_lift_conv", lowering)
         y = conv2d_fft(x, kern)
+    elif lowering == "im2col":
+        _check_stride_1(stride, "scale_lift_conv", lowering)
+        y = conv2d_im2col(x, kern, precision)
     else:
         y = conv2d(x, kern, stride, precision=precision)
-    return y.reshape(y.shape[:3] + (S, weight.shape[1]))
+    return y.reshape(y.shape[:3] + (scales, kern.shape[-1] // scales))
 
 
-def _check_fft(stride: int, where: str) -> None:
+def _check_stride_1(stride: int, where: str, lowering: str) -> None:
     if stride != 1:
-        raise ValueError(f"{where}: lowering='fft' needs stride 1 (stride={stride})")
+        raise ValueError(f"{where}: lowering={lowering!r} needs stride 1 (stride={stride})")
 
 
 def expand_scale_kernel(weight, basis, precision: str | None = None):
@@ -256,6 +291,9 @@ def scale_conv(
       skipped too; stride 2 and a traced ``basis`` keep the full grid;
     - ``lowering='fft'``: per frequency, the spectra of the input scales times the filters'
       spectra (:func:`invjax.ops.conv.fft_spectra`), one inverse FFT per output (stride 1);
+    - ``lowering='im2col'``: as ``'per_scale_compact'``, each per-scale convolution as one
+      matrix product over its gathered taps (:func:`invjax.ops.conv.conv2d_im2col`, stride 1;
+      'auto' never picks it here: the rows hold ``D_s * Cin`` times the taps);
     - ``lowering='auto'`` (default): per backend and shape, see :func:`choose_lowering`.
 
     All compute the same sums and agree to float32 rounding (tested, with gradients).
@@ -287,7 +325,7 @@ def scale_conv(
         )
     except ValueError as e:
         raise ValueError(f"scale_conv: {e}") from None
-    if lowering != "per_scale_compact" or stride != 1:
+    if lowering not in ("per_scale_compact", "im2col") or stride != 1:
         support = None
     kern = expand_scale_kernel(weight, basis, precision)
     return apply_scale_kernel(x, kern, D, stride, lowering, precision, support)
@@ -315,8 +353,9 @@ def apply_scale_kernel(
             f"apply_scale_kernel: support={support} needs stride 1, a per-scale lowering and "
             f"one entry per scale (stride={stride}, lowering={lowering!r}, S={S})"
         )
+    if lowering in ("fft", "im2col"):
+        _check_stride_1(stride, "apply_scale_kernel", lowering)
     if lowering == "fft":
-        _check_fft(stride, "apply_scale_kernel")
         return _scale_conv_fft(x, kern, D)
     if lowering == "grouped":
         y = conv2d(stack_scale_neighbours(x, D), kern, stride, S, precision=precision)
@@ -331,7 +370,10 @@ def apply_scale_kernel(
         crop, dil = (0, 1) if support is None else support[s]
         kern_s = kern[crop : k - crop : dil, crop : k - crop : dil, :d_s, :, s]
         kern_s = kern_s.reshape(kern_s.shape[:2] + (d_s * cin, cout))
-        outs.append(conv2d(xs, kern_s, stride, precision=precision, dilation=dil))
+        if lowering == "im2col":
+            outs.append(conv2d_im2col(xs, kern_s, precision, dilation=dil))
+        else:
+            outs.append(conv2d(xs, kern_s, stride, precision=precision, dilation=dil))
     return jnp.stack(outs, axis=3)
 
 
