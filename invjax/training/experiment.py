@@ -298,13 +298,21 @@ def bn_statistics_warning(model_config, num_steps: int) -> str | None:
     if m <= 0.0 or residual <= BN_RESIDUAL_LIMIT:
         return None
     needed = math.ceil(math.log(BN_RESIDUAL_LIMIT) / math.log(m))
-    fits = BN_RESIDUAL_LIMIT ** (1.0 / num_steps)
     return (
         f"model bn_momentum={m:g} with {num_steps:,} training steps: the BatchNorm running "
         f"statistics that evaluation reads still hold {residual:.1%} of their initial values "
         f"(mean 0, variance 1) at the end; train at least {needed:,} steps or set "
-        f"bn_momentum <= {math.floor(fits * 1000) / 1000:g}"
+        f"bn_momentum <= {bn_momentum_fitting(num_steps):g}"
     )
+
+
+def bn_momentum_fitting(num_steps: int, limit: float = BN_RESIDUAL_LIMIT) -> float:
+    """The largest BatchNorm momentum, in steps of 0.001, whose running statistics hold at most
+    ``limit`` of their initial values after ``num_steps`` steps: ``floor(1000 limit^(1 / T)) /
+    1000`` (:func:`bn_statistics_warning`)."""
+    if num_steps < 1:
+        raise ValueError(f"bn_momentum_fitting: num_steps={num_steps} is invalid: it must be >= 1")
+    return math.floor(limit ** (1.0 / num_steps) * 1000) / 1000
 
 
 def describe(exp: Experiment, resumed_step: int | None = None) -> str:

@@ -44,6 +44,11 @@ class Rule:
     decay_at: tuple[float, ...] = ()
     # validation every this many epochs (0: ten times a run, ``max(1, E // 10)``)
     eval_every: int = 0
+    # where set, a network whose BatchNorm momentum would leave its running statistics holding
+    # more than this share of their initial values after the run's steps trains with the largest
+    # momentum that does not (invjax.training.experiment.bn_momentum_fitting): evaluation must
+    # read the data's statistics, whatever the number of steps N_t gives
+    bn_residual_limit: float | None = None
 
     def tag(self, first: Rule) -> str:
         """The length fields that differ from ``first``, e.g. ``'e300'`` (``''``: none)."""
@@ -346,9 +351,25 @@ def network_overrides(
             ov["model.width_divisor"] = rule.width_divisor
         if fam.stem == study.mono_stem:
             ov["model.prune_epochs"] = prune_epochs(train["num_epochs"])
+        if rule.bn_residual_limit is not None:
+            ov |= bn_momentum_override(fam, train, n_eff or n_all, rule.bn_residual_limit)
     ov.update({f"train.{k}": v for k, v in train.items()})
     ov["precision"] = study.precision
     return ov
+
+
+def bn_momentum_override(fam: Family, train: dict, n: int, limit: float) -> dict:
+    """``{'model.bn_momentum': m}`` where the config's momentum (with the family's overrides)
+    leaves more than ``limit`` of the running statistics' start after the run's steps
+    (``num_epochs x ceil(n / batch)``), ``m`` the largest that does not; else ``{}``."""
+    from invjax.training.experiment import bn_momentum_fitting
+
+    model = sweep.load_config(fam.stem, fam.overrides).model
+    momentum = model.get("bn_momentum")
+    steps = train["num_epochs"] * math.ceil(n / train["batch_size"])
+    if momentum is None or float(momentum) ** steps <= limit:
+        return {}
+    return {"model.bn_momentum": bn_momentum_fitting(steps, limit)}
 
 
 def make_run(study: Study, family: str, workdir: str, ov: dict, point: tuple) -> sweep.Run:
