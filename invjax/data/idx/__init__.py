@@ -272,7 +272,3 @@ def main(argv=None) -> int:
         f"{summary['images']} and {summary['labels']}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
