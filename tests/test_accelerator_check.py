@@ -24,6 +24,8 @@ STEPS = (
     "peers",
     "many_models_step",
     "many_models",
+    "disco_net",
+    "realimages",
 )
 
 
