@@ -433,6 +433,39 @@ def test_resolve_is_idempotent_and_keeps_the_seed_reference():
     assert once.data.seed == 7  # invjax/configs/base.py's data.seed = seed
 
 
+def test_epochs_scale_moves_the_monomial_pruning_with_the_run():
+    """The monomial head prunes 25 -> 12 -> 5 pairs after the paper's epochs 5 and 10 of 60; a run
+    scaled to 6 epochs prunes after 1 and 2 (the same shares), not never; a run that still ends
+    before its last pruning says so at start-up."""
+    from invjax.training import experiment
+
+    config = get("mnist_ii_disco_monomials")
+    assert tuple(config.model.prune_epochs) == (5, 10)  # the paper's, of 60 epochs
+    config.train.num_epochs = 61  # nothing scaled, nothing moved
+    assert tuple(plan.resolve(config).model.prune_epochs) == (5, 10)
+    config.train.num_epochs = 60
+    config.train.epochs_scale = 0.1
+    resolved = plan.resolve(config)
+    assert resolved.train.num_epochs == 6 and tuple(resolved.model.prune_epochs) == (1, 2)
+    assert experiment.pruning_warning(resolved.model, 6) is None
+    config.train.epochs_scale = 0.5
+    assert tuple(plan.resolve(config).model.prune_epochs) == (2, 5)  # round(2.5) is 2
+    assert plan.scaled_prune_epochs((5, 10), 1e-3) == (1, 2)  # two distinct epochs stay
+    ws = get("mnist_ii_disco_ws")
+    ws.train.epochs_scale = 0.1
+    assert "prune_epochs" not in plan.resolve(ws).model  # no monomial head
+    unscaled = get("mnist_ii_disco_monomials")
+    text = experiment.pruning_warning(unscaled.model, 6)
+    assert text == (
+        "model prune_epochs=(5, 10) with 6 training epochs: the monomial head prunes to 5 pairs "
+        "only after epoch 10, so this run keeps 12; train at least 10 epochs or set "
+        "model.prune_epochs"
+    )
+    assert "so this run keeps 25" in experiment.pruning_warning(unscaled.model, 3)
+    assert experiment.pruning_warning(unscaled.model, 10) is None
+    assert experiment.pruning_warning(get("mnist_ii_disco_ws").model, 3) is None
+
+
 @pytest.mark.parametrize(
     "key,value,match",
     [

@@ -315,12 +315,38 @@ def bn_momentum_fitting(num_steps: int, limit: float = BN_RESIDUAL_LIMIT) -> flo
     return math.floor(limit ** (1.0 / num_steps) * 1000) / 1000
 
 
+def pruning_warning(model_config, num_epochs: int) -> str | None:
+    """A warning when a monomial head (``head='ii_monomials'``) would not reach its last pruning
+    (after epoch ``prune_epochs[1]``, default 10) within ``num_epochs``: it would train and be
+    evaluated with more monomial pairs than the paper's 5; else None."""
+    if model_config.get("head") != "ii_monomials":
+        return None
+    from invjax.models.mnist import PRUNE_EPOCHS, PRUNING_KEEP
+
+    epochs = tuple(model_config.get("prune_epochs") or PRUNE_EPOCHS)
+    if epochs[-1] <= num_epochs:
+        return None
+    kept = model_config.get("n_pairs", 25) if epochs[0] > num_epochs else PRUNING_KEEP[0]
+    return (
+        f"model prune_epochs={epochs} with {num_epochs} training epochs: the monomial head "
+        f"prunes to {PRUNING_KEEP[-1]} pairs only after epoch {epochs[-1]}, so this run keeps "
+        f"{kept}; train at least {epochs[-1]} epochs or set model.prune_epochs"
+    )
+
+
 def describe(exp: Experiment, resumed_step: int | None = None) -> str:
-    """The start-up banner of an experiment (:func:`invjax.logging_utils.banner`), with
-    :func:`bn_statistics_warning`'s line where it has one."""
+    """The start-up banner of an experiment (:func:`invjax.logging_utils.banner`), with the
+    lines of :func:`bn_statistics_warning` and :func:`pruning_warning` where they have one."""
     ds, tc = exp.dataset, exp.config.train
-    warning = bn_statistics_warning(exp.config.model, exp.num_steps)
-    if warning:
+    warnings = [
+        w
+        for w in (
+            bn_statistics_warning(exp.config.model, exp.num_steps),
+            pruning_warning(exp.config.model, int(tc.num_epochs)),
+        )
+        if w
+    ]
+    for warning in warnings:
         logging.warning("%s", warning)
     text = banner(
         workdir=exp.workdir,
@@ -344,4 +370,4 @@ def describe(exp: Experiment, resumed_step: int | None = None) -> str:
     )
     lowerings = describe_lowerings(exp.model, (2, *ds.image_shape), train=False)
     text = f"{text}\n  {lowerings}" if lowerings else text
-    return f"{text}\n  warning: {warning}" if warning else text
+    return "\n  warning: ".join([text, *warnings])

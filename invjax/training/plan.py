@@ -183,7 +183,8 @@ def resolve(config):
     ``config.train`` and every ``config.phase1.<stream>.train`` become
     :func:`~invjax.training.optimizer.resolve_train`'s sections: epochs scaled by
     ``train.epochs_scale`` (a stream by its own ``epochs_scale`` where set, else by the run's)
-    and the schedule in epochs. Idempotent: the resolved sections hold no key left to apply.
+    and the schedule in epochs; a monomial head's pruning epochs scaled with the run
+    (:func:`scaled_prune_epochs`). Idempotent: the resolved sections hold no key left to apply.
     """
     if not _unresolved(config):
         return config
@@ -203,7 +204,21 @@ def resolve(config):
                 msg = str(e)
                 raise ValueError(msg if msg.startswith(where) else where + msg) from e
         c.train = resolve_train(c.train, scale)
+        if scale != 1.0 and c.model.get("head") == "ii_monomials":
+            c.model.prune_epochs = scaled_prune_epochs(c.model.get("prune_epochs"), scale)
     return c
+
+
+def scaled_prune_epochs(prune_epochs, scale: float) -> tuple[int, int]:
+    """The monomial head's two pruning epochs (default the paper's 5 and 10) at the same shares
+    of a run scaled by ``scale``: ``max(1, round(e * scale))``, the second at least one epoch
+    after the first. Unscaled, ``train.epochs_scale = 0.1`` would run 6 epochs and never reach
+    the pruning to 5 pairs after epoch 10."""
+    from invjax.models.mnist import PRUNE_EPOCHS
+
+    first, second = tuple(prune_epochs or PRUNE_EPOCHS)
+    first = max(1, round(first * scale))
+    return first, max(first + 1, round(second * scale))
 
 
 def schedule_text(plan: Plan) -> str:
