@@ -277,23 +277,27 @@ def test_fft_and_im2col_lowerings_agree_with_gradients_on_a_photo(
     assert max(diffs) <= 5e-6, diffs
 
 
-@pytest.mark.parametrize("h,w,k", [(9, 11, 15), (16, 16, 5), (7, 7, 3), (5, 6, 1)])
-def test_conv2d_fft_matches_conv2d(h, w, k):
-    """The FFT correlation equals :func:`conv2d`'s 'SAME' one with gradients, for kernels larger
-    or smaller than the map (relative max differences measured 1.4e-7 to 5.1e-7)."""
+def _conv_outputs_and_gradients(f, h, w, k):
+    """``(y, dy/dx, dy/dkernel)`` of ``f(x, kernel)`` on a random ``[2, h, w, 3]`` input and
+    ``[k, k, 3, 4]`` kernel, through a random probe."""
     x = _rng_normal(11, (2, h, w, 3))
     kern = _rng_normal(12, (k, k, 3, 4))
     probe = _rng_normal(13, (2, h, w, 4))
 
-    def run(f):
-        def loss(x, kern):
-            y = f(x, kern)
-            return jnp.sum(y * probe), y
+    def loss(x, kern):
+        y = f(x, kern)
+        return jnp.sum(y * probe), y
 
-        (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(x, kern)
-        return (y,) + grads
+    (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(x, kern)
+    return (y,) + grads
 
-    diffs = _relative_differences(run(lambda x, k: conv2d(x, k)), run(conv2d_fft))
+
+@pytest.mark.parametrize("h,w,k", [(9, 11, 15), (16, 16, 5), (7, 7, 3), (5, 6, 1)])
+def test_conv2d_fft_matches_conv2d(h, w, k):
+    """The FFT correlation equals :func:`conv2d`'s 'SAME' one with gradients, for kernels larger
+    or smaller than the map (relative max differences measured 1.4e-7 to 5.1e-7)."""
+    direct = _conv_outputs_and_gradients(lambda x, k: conv2d(x, k), h, w, k)
+    diffs = _relative_differences(direct, _conv_outputs_and_gradients(conv2d_fft, h, w, k))
     assert max(diffs) <= 5e-6, diffs
 
 
@@ -304,21 +308,14 @@ def test_conv2d_im2col_matches_conv2d(h, w, k, dilation):
     """One matrix product over gathered taps equals :func:`conv2d`'s 'SAME' correlation with
     gradients, for kernels larger or smaller than the map and dilated taps; the patches are
     the input's values under each tap, zero past the border."""
-    x = _rng_normal(11, (2, h, w, 3))
-    kern = _rng_normal(12, (k, k, 3, 4))
-    probe = _rng_normal(13, (2, h, w, 4))
 
-    def run(f):
-        def loss(x, kern):
-            y = f(x, kern)
-            return jnp.sum(y * probe), y
-
-        (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(x, kern)
-        return (y,) + grads
-
-    direct = run(lambda x, k: conv2d(x, k, dilation=dilation))
-    diffs = _relative_differences(direct, run(lambda x, k: conv2d_im2col(x, k, None, dilation)))
+    direct = _conv_outputs_and_gradients(lambda x, k: conv2d(x, k, dilation=dilation), h, w, k)
+    gathered = _conv_outputs_and_gradients(
+        lambda x, k: conv2d_im2col(x, k, None, dilation), h, w, k
+    )
+    diffs = _relative_differences(direct, gathered)
     assert max(diffs) <= 5e-6, diffs
+    x = _rng_normal(11, (2, h, w, 3))  # the input the helper used
     patches = np.asarray(im2col_patches(x, k, dilation))
     p = dilation * (k // 2)
     assert patches.shape == (2, h, w, k, k, 3)
@@ -340,13 +337,17 @@ def test_fft_length_covers_the_wrapped_reads():
     assert fft_length(14, 15) == 21 and fft_length(28, 15) == 35
 
 
-def test_lift_fft_matches_direct_with_gradients():
-    """The lift by FFT against its one direct convolution (measured: 5.0e-7 forward, 3.3e-7
+@pytest.mark.parametrize("lowering", ["fft", "im2col"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_lift_fft_and_im2col_match_direct_with_gradients(lowering, channels):
+    """The lift by FFT and as one matrix product over gathered taps against its one direct
+    convolution, with gradients (DISCO's Scaled-MNIST basis, 15 x 15 taps on a 20 x 21 map: the
+    circular reads and the patches reach past the border; fft measured 5.0e-7 forward, 3.3e-7
     gradients, relative to the largest entry); stride 2 is refused."""
     psi = jnp.asarray(B.disco_basis(*MNIST), jnp.float32)
-    x = astronaut48()[:, :20, :20]
-    w = _rng_normal(14, (3, 4, 49))
-    probe = _rng_normal(15, (1, 20, 20, 4, 4))
+    x = astronaut48()[:, :20, :21, :channels]
+    w = _rng_normal(14, (channels, 4, 49))
+    probe = _rng_normal(15, (1, 20, 21, 4, 4))
 
     def run(lowering):
         def loss(w, x):
@@ -356,36 +357,12 @@ def test_lift_fft_matches_direct_with_gradients():
         (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(w, x)
         return (y,) + grads
 
-    diffs = _relative_differences(run("per_scale"), run("fft"))
+    diffs = _relative_differences(run("per_scale"), run(lowering))
     assert max(diffs) <= 5e-6, diffs
-    with pytest.raises(ValueError, match="lowering='fft' needs stride 1"):
-        ops.scale_lift_conv(x, w, psi, 2, None, "fft")
-
-
-@pytest.mark.parametrize("channels", [1, 3])
-def test_lift_im2col_matches_direct_with_gradients(channels):
-    """The lift as one matrix product over gathered taps (DISCO's Scaled-MNIST basis, 15 x 15
-    taps on a 20 x 21 map: patches reach past the border) against its one direct convolution,
-    with gradients; stride 2 is refused."""
-    basis = jnp.asarray(B.disco_basis(*MNIST), jnp.float32)
-    x = astronaut48()[:, :20, :21, :channels]
-    w = _rng_normal(14, (channels, 4, 49))
-    probe = _rng_normal(15, (1, 20, 21, 4, 4))
-
-    def run(lowering):
-        def loss(w, x):
-            y = ops.scale_lift_conv(x, w, basis, 1, None, lowering)
-            return jnp.sum(y * probe), y
-
-        (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(w, x)
-        return (y,) + grads
-
-    diffs = _relative_differences(run("per_scale"), run("im2col"))
-    assert max(diffs) <= 5e-6, diffs
-    with pytest.raises(ValueError, match="lowering='im2col' needs stride 1"):
-        ops.scale_lift_conv(x, w, basis, 2, None, "im2col")
-    with pytest.raises(ValueError, match="lowering='im2col' needs stride 1"):
-        ops.scale_conv(jnp.zeros((1, 8, 8, 4, 3)), jnp.zeros((3, 5, 1, 49)), basis, 2, "im2col")
+    with pytest.raises(ValueError, match=f"lowering='{lowering}' needs stride 1"):
+        ops.scale_lift_conv(x, w, psi, 2, None, lowering)
+    with pytest.raises(ValueError, match=f"lowering='{lowering}' needs stride 1"):
+        ops.scale_conv(jnp.zeros((1, 8, 8, 4, 3)), jnp.zeros((3, 5, 1, 49)), psi, 2, lowering)
 
 
 def test_auto_picks_fft_for_large_kernels_on_cpu():
