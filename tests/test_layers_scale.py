@@ -384,6 +384,9 @@ def test_auto_picks_fft_for_large_kernels_on_cpu():
     assert choose("auto", (28, 28), 15, mnist, precision="highest") == "fft"
     # a lift with few input channels: one matrix product over the gathered taps
     assert choose("auto", (56, 56), 15, mnist, lift_channels=1) == "im2col"
+    # ... while one call's patches fit in IM2COL_MAX_BYTES: 361 MB at batch 128, 2.9 GB at 1024
+    assert choose("auto", (56, 56), 15, mnist, lift_channels=1, batch=128) == "im2col"
+    assert choose("auto", (56, 56), 15, mnist, lift_channels=1, batch=1024) == "fft"
     assert choose("auto", (56, 56), 15, mnist, lift_channels=3) == "fft"  # 675 values a row
     assert choose("auto", (56, 56), 15, mnist, lift_channels=1, stride=2) == "per_scale_compact"
     assert choose("auto", (28, 28), 5, wrn, lift_channels=1) == "per_scale_compact"  # few taps
@@ -415,6 +418,10 @@ def test_describe_lowerings_names_each_scale_layer():
     assert text == (
         f"scale convolutions ({jax.default_backend()}): conv1 lift 1->32 on 56x56 k15: {lift}; "
         f"conv2 32->63 on 28x28 k15: {expect}; conv3 63->95 on 14x14 k15: {expect}"
+    )
+    # a batch whose lift patches would pass IM2COL_MAX_BYTES (2.9 GB at 1024) leaves im2col
+    assert f"conv1 lift 1->32 on 56x56 k15: {expect};" in L.describe_lowerings(
+        net, (1024, 28, 28, 1)
     )
     assert L.describe_lowerings(nn.Dense(3), (2, 4)) == ""
     with pytest.raises(ValueError, match="Dense is not a scale convolution"):

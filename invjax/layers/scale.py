@@ -303,6 +303,7 @@ def lowering_choice(layer: nn.Module, x_shape) -> str:
         layer.stride,
         layer.precision,
         lift_channels=lift_channels,
+        batch=x_shape[0],
     )
 
 

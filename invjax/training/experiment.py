@@ -368,6 +368,8 @@ def describe(exp: Experiment, resumed_step: int | None = None) -> str:
         f"({'exact' if P.is_exact(exp.eval_precision) else 'not exact'} on this backend)",
         resumed_step=resumed_step,
     )
-    lowerings = describe_lowerings(exp.model, (2, *ds.image_shape), train=False)
+    # the lowering can depend on the batch (im2col's patch memory); the sharded train step is
+    # traced at the global batch, so that is the shape the choice sees
+    lowerings = describe_lowerings(exp.model, (int(tc.batch_size), *ds.image_shape), train=False)
     text = f"{text}\n  {lowerings}" if lowerings else text
     return "\n  warning: ".join([text, *warnings])
