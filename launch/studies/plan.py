@@ -71,7 +71,8 @@ class Family:
     ``datasets``: where it runs. ``tune='none'``: the config's own hyperparameters (a
     published recipe, not tuned). ``rule``: the family's own fixed recipe (then the study's
     rule, and the command line's rule options, do not apply to it). ``variants``: dataset ->
-    the config's argument on that dataset (``configs/STEM.py:ARG``).
+    the config's argument on that dataset (``configs/STEM.py:ARG``). ``sizes``: the N_t of
+    its main runs (None: every N_t the study plans on the dataset).
     """
 
     stem: str | None
@@ -83,6 +84,7 @@ class Family:
     steps_factor: float = 1.0
     rule: Rule | None = None
     variants: dict = dataclasses.field(default_factory=dict)
+    sizes: tuple[int, ...] | None = None
 
     def config(self, dataset: str) -> str | None:
         """The config of its runs on ``dataset``: ``stem`` or ``stem:ARG``."""
@@ -107,7 +109,9 @@ class Study:
     ``lr_values`` (else ``lr_factors`` x the config's), and states its claims before its runs
     (``registered``: objects with ``id``, ``dataset``, ``n_train``, ``better`` and ``worse``,
     each judged at its one (dataset, N_t); ``worse='best_stream'``: the family of
-    ``best_stream`` with the lowest mean validation error there).
+    ``best_stream`` with the lowest mean validation error there). ``exploratory``: comparisons
+    of the same form added after results were read: reported with their statistics, outside
+    the registered family's correction and without a verdict.
     """
 
     name: str
@@ -135,6 +139,7 @@ class Study:
     tune_n_train: int = 0
     lr_values: tuple[float, ...] = ()
     registered: tuple = ()
+    exploratory: tuple = ()
     best_stream: tuple[str, ...] = ()
     paper: dict = dataclasses.field(default_factory=dict)  # family -> published (mean, std) %
 
@@ -536,6 +541,9 @@ def plan_main(
         for seed in seeds:
             point = []
             for family in fams:
+                only = study.families[family].sizes
+                if only is not None and n not in only:
+                    continue
                 label = family_label(study, family, n, rule)
                 workdir = os.path.join(runs_dir, "main", dataset, family, label, f"seed_{seed}")
                 if study.families[family].stem is None:
