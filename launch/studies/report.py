@@ -417,45 +417,64 @@ def registered_claims(study: Study, errors: dict, need: int) -> list[dict]:
 
     m = len(study.registered)
     first = power.holm_levels(m, stats.ALPHA)[0]
-    recs = []
-    for c in study.registered:
-        rec = {"claim": c.id, "dataset": c.dataset, "n_train": c.n_train}
-        rec |= {"better": c.better, "worse": c.worse, "worse_family": c.worse}
-        a = errors.get((c.dataset, c.better, c.n_train), {})
-        why = None
-        if c.worse == "best_stream":
-            chosen, means = best_stream(study, errors, c.dataset, c.n_train, need)
-            rec["stream_val_error"] = means
-            rec["worse_family"] = chosen
-            if chosen is None:
-                why = "pending: the streams' validation errors are not all in"
-        b = errors.get((c.dataset, rec["worse_family"], c.n_train), {}) if not why else {}
-        ea = {s: r["test_error"] for s, r in a.items()}
-        eb = {s: r["test_error"] for s, r in b.items()}
-        rec |= stats.compare(ea, eb, need, "t")
-        n, sd = rec["n"], rec["diff_sd"]
-        rec["t"] = rec["diff_mean"] / (sd / math.sqrt(n)) if n >= 2 and sd > 0 else math.nan
-        rec["mde"] = (
-            power.minimum_detectable_effect(sd, n, first)
-            if n >= 2 and math.isfinite(sd) and sd > 0
-            else math.nan
-        )
-        rec |= {f"{k}_better": v for k, v in _side(a).items()}
-        rec |= {f"{k}_worse": v for k, v in _side(b).items()}
-        devices = _devices(list(a.values()) + list(b.values()))
-        rec["trained_on"] = devices
-        if why is None and math.isnan(rec["p"]):
-            why = f"pending: {n} of {need} realisations"
-        if why is None and (len(devices) != 1 or "?" in devices):
-            why = f"not tested: trained on {' and '.join(devices)} (rerun on one kind)"
-        rec["status"] = why or "tested"
-        recs.append(rec)
+    recs = [_claim_record(study, errors, need, c, first) for c in study.registered]
     tested = [r["status"] == "tested" for r in recs]
     adj = stats.holm([r["p"] if ok else 1.0 for r, ok in zip(recs, tested, strict=True)])
     for r, ok, a in zip(recs, tested, adj, strict=True):
         r["p_holm"] = a if ok else math.nan
         r["verdict"] = stats.verdict(r["diff_mean"], a) if ok else r["status"]
     return recs
+
+
+def exploratory_claims(study: Study, errors: dict, need: int) -> list[dict]:
+    """The comparisons of :attr:`Study.exploratory`, computed as :func:`registered_claims`
+    computes a claim (the MDE at the registered family's first Holm level, for scale) but
+    outside its correction: ``p_holm`` NaN, and no verdict (``verdict`` is the status)."""
+    from launch.studies import power
+
+    first = power.holm_levels(max(1, len(study.registered)), stats.ALPHA)[0]
+    recs = [_claim_record(study, errors, need, c, first) for c in study.exploratory]
+    for r in recs:
+        r["p_holm"] = math.nan
+        r["verdict"] = "no verdict" if r["status"] == "tested" else r["status"]
+    return recs
+
+
+def _claim_record(study: Study, errors: dict, need: int, c, first: float) -> dict:
+    """One claim's statistics (:func:`registered_claims`) before any correction."""
+    from launch.studies import power
+
+    rec = {"claim": c.id, "dataset": c.dataset, "n_train": c.n_train}
+    rec |= {"better": c.better, "worse": c.worse, "worse_family": c.worse}
+    a = errors.get((c.dataset, c.better, c.n_train), {})
+    why = None
+    if c.worse == "best_stream":
+        chosen, means = best_stream(study, errors, c.dataset, c.n_train, need)
+        rec["stream_val_error"] = means
+        rec["worse_family"] = chosen
+        if chosen is None:
+            why = "pending: the streams' validation errors are not all in"
+    b = errors.get((c.dataset, rec["worse_family"], c.n_train), {}) if not why else {}
+    ea = {s: r["test_error"] for s, r in a.items()}
+    eb = {s: r["test_error"] for s, r in b.items()}
+    rec |= stats.compare(ea, eb, need, "t")
+    n, sd = rec["n"], rec["diff_sd"]
+    rec["t"] = rec["diff_mean"] / (sd / math.sqrt(n)) if n >= 2 and sd > 0 else math.nan
+    rec["mde"] = (
+        power.minimum_detectable_effect(sd, n, first)
+        if n >= 2 and math.isfinite(sd) and sd > 0
+        else math.nan
+    )
+    rec |= {f"{k}_better": v for k, v in _side(a).items()}
+    rec |= {f"{k}_worse": v for k, v in _side(b).items()}
+    devices = _devices(list(a.values()) + list(b.values()))
+    rec["trained_on"] = devices
+    if why is None and math.isnan(rec["p"]):
+        why = f"pending: {n} of {need} realisations"
+    if why is None and (len(devices) != 1 or "?" in devices):
+        why = f"not tested: trained on {' and '.join(devices)} (rerun on one kind)"
+    rec["status"] = why or "tested"
+    return rec
 
 
 def _num(x, fmt: str = "{:.2f}") -> str:
@@ -552,6 +571,21 @@ def write_registered_report(
             vals = ", ".join(f"`{s}` {v:.2f}" for s, v in r["stream_val_error"].items())
             text.append(f"- {r['claim']}: {vals}")
         text.append("")
+    explore = exploratory_claims(study, errors, need)
+    if explore:
+        text += [
+            "## Exploratory comparisons (added after results were read; not pre-registered)",
+            "",
+            "The same paired statistics as above, outside Holm's family and without a "
+            "verdict: each asks what a registered result leaves open, and deciding it would "
+            "take a test registered before its runs. `MDE` at the registered family's first "
+            "Holm level, for scale.",
+            "",
+            *(f"- {c.id}: {c.why}" for c in study.exploratory),
+            "",
+            registered_markdown(explore, need),
+            "",
+        ]
     text += tuning_section(study, by_run, "the 80:20 split of realisation 0")
     sizes_of = {d: study.dataset_sizes.get(d, study.sizes) for d in study.datasets}
     for dataset in study.datasets:
@@ -580,4 +614,7 @@ def write_registered_report(
         written += plots.plot_errors(errors, out, tuple(study.families))
     written.append(_write(os.path.join(out, "results.md"), "\n".join(text)))
     written.append(_write(os.path.join(out, "claims.json"), json.dumps(recs, indent=1)))
+    if explore:
+        doc = json.dumps(explore, indent=1)
+        written.append(_write(os.path.join(out, "exploratory.json"), doc))
     return written
