@@ -182,7 +182,7 @@ EXPLORATORY = (
 N_TRAIN = {
     "scaled_mnist_10k": (10, 50, 100, 500, 1_000, 5_000),
     "scaled_fashion_mnist": (10, 50, 100, 500, 1_000, 5_000, 10_000),
-    "fashion_mnist": (100, 1_000, 10_000),
+    "fashion_mnist": (100, 1_000, 10_000, 58_000),
     "rotscaled_fashion_mnist": (100, 1_000, 10_000),
 }
 
