@@ -586,7 +586,9 @@ def write_registered_report(
             registered_markdown(explore, need),
             "",
         ]
-    text += tuning_section(study, by_run, "the 80:20 split of realisation 0")
+    text += tuning_section(
+        study, by_run, "80:20 split of realisation 0 (N_t = 1,000 of the 80 %, held out: the 20 %)"
+    )
     sizes_of = {d: study.dataset_sizes.get(d, study.sizes) for d in study.datasets}
     for dataset in study.datasets:
         fams = [f for f, fam in study.families.items() if dataset in fam.datasets]
