@@ -89,7 +89,8 @@ def test_family_t_lowers_a_batchnorm_momentum_its_steps_leave_at_the_start(tmp_p
         }
 
     small = momenta(100)
-    assert small.pop("ii_ws_disco_hps") == 0.9  # the exploratory arm: DISCO's 0.9, not lowered
+    # the exploratory arms: DISCO's 0.9 is not lowered, II-DISCO WS's 0.99 is, as for ii_ws
+    assert (small.pop("ii_ws_disco_hps"), small.pop("disco_ii_hps")) == (0.9, 0.926)
     assert small == {"cnn": None, "ses": None, "disco": None, "ii_ws": 0.926, "ii_mono": 0.926}
     assert 0.926**60 <= experiment.BN_RESIDUAL_LIMIT < 0.927**60
     warning = experiment.bn_statistics_warning(models.mnist("ii_disco_ws"), 60)
@@ -158,32 +159,38 @@ def test_tuning_is_at_1000_images_of_realisation_0s_80_20_split_over_six_candida
     assert not waiting and len(heads) == 6 and all(r.multi for r in heads)
 
 
-def test_exploratory_arm_is_ii_ws_on_discos_hyperparameters_at_t3s_point_only(tmp_path):
+@pytest.mark.parametrize(
+    "arm, recipe_of, head",
+    [("ii_ws_disco_hps", "disco", "ii"), ("disco_ii_hps", "ii_ws", "mixed")],
+    ids=["X1", "X2"],
+)
+def test_exploratory_arms_swap_the_recipes_at_t3s_point_only(arm, recipe_of, head, tmp_path):
     """X1's arm trains II-DISCO WS's network with exactly the training values of `disco`'s
-    runs (read from both configs and their planned overrides, not restated), only where X1
-    compares it: scaled_mnist_10k at N_t = 100."""
+    runs, X2's DISCO's network with those of `ii_ws` (its BatchNorm momentum lowered by the
+    same rule): read from the configs and the planned overrides, not restated; and only where
+    the comparisons use them, scaled_mnist_10k at N_t = 100."""
     from launch import sweep
 
     runs = _main_runs("scaled_mnist_10k", 100, tmp_path)
-    x1 = [r for r in runs if _family_of(r) == "ii_ws_disco_hps"]
-    disco = {r.overrides["seed"]: r for r in runs if _family_of(r) == "disco"}
-    assert sorted(r.overrides["seed"] for r in x1) == list(range(10))
+    mine = [r for r in runs if _family_of(r) == arm]
+    other = {r.overrides["seed"]: r for r in runs if _family_of(r) == recipe_of}
+    assert sorted(r.overrides["seed"] for r in mine) == list(range(10))
     keys = ("model.dropout", "model.bn_momentum", "train.learning_rate", "train.weight_decay")
     keys += ("train.batch_size", "train.num_epochs", "train.lr_boundaries", "train.optimizer")
+    keys += ("data.augment",)
 
     def values(run):
         c = sweep.load_config(STUDY.families[_family_of(run)].stem, run.overrides)
         return {k: c[k.split(".")[0]][k.split(".")[1]] for k in keys}
 
-    for r in x1:
-        assert r.command().split()[3] == "--config=configs/mnist_ii_disco_ws.py"
-        d = disco[r.overrides["seed"]]
-        assert values(r) == values(d)
-        assert sweep.load_config("mnist_ii_disco_ws", r.overrides).model.head == "ii"
-        assert sweep.load_config("mnist_disco", d.overrides).model.head == "mixed"
+    for r in mine:
+        v, w = values(r), values(other[r.overrides["seed"]])
+        assert v == w
+        assert sweep.load_config(STUDY.families[arm].stem, r.overrides).model.head == head
+    assert {values(r)["model.dropout"] for r in mine} == {0.7 if head == "ii" else 0.1}
     # nowhere else: not at another N_t, not on the Fashion data
     for dataset, n in (("scaled_mnist_10k", 1_000), ("scaled_fashion_mnist", 100)):
-        assert not [r for r in _main_runs(dataset, n, tmp_path) if "disco_hps" in r.workdir]
+        assert not [r for r in _main_runs(dataset, n, tmp_path) if arm in r.workdir]
 
 
 def test_an_exploratory_comparison_must_name_a_point_its_arms_are_planned_at(monkeypatch):
@@ -295,7 +302,8 @@ def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_p
     x1 = _arm(d, "ii_ws_disco_hps", 100, 9.0 + NOISE[3] * 20)
     rows = base + x1
     errors = plan.main_errors(STUDY, rows, STUDY.main_rule)
-    (x,) = report.exploratory_claims(STUDY, errors, 10)
+    x, x2 = report.exploratory_claims(STUDY, errors, 10)
+    assert x2["claim"] == "X2" and x2["verdict"] == "pending: 0 of 10 realisations"
     diff = (9.0 + NOISE[3] * 20) - (10.0 + NOISE[4] * 20)
     assert x["claim"] == "X1" and x["diff_mean"] == pytest.approx(diff.mean())
     assert x["status"] == "tested" and x["verdict"] == "no verdict"
@@ -309,7 +317,10 @@ def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_p
     line = next(ln for ln in text.splitlines() if ln.startswith("| X1 |"))
     assert "no verdict" in line and f"{diff.mean():+.2f}" in line
     assert "4 of 12 tested" in text
-    assert [e["claim"] for e in json.loads((tmp_path / "exploratory.json").read_text())] == ["X1"]
+    assert [e["claim"] for e in json.loads((tmp_path / "exploratory.json").read_text())] == [
+        "X1",
+        "X2",
+    ]
     # pending until all ten realisations of both arms are in
     errors = plan.main_errors(STUDY, base + x1[:9], STUDY.main_rule)
     assert (
@@ -365,9 +376,9 @@ def test_an_empty_record_gives_a_report_that_says_so(tmp_path, capsys):
     text = (tmp_path / "results.md").read_text()
     assert "No run has landed in the record yet" in text
     assert "0 of 12 tested" in text
-    # T1-T6, M2, M5 and the exploratory X1 lack runs; M1, M3, M4 and M6 wait for their
-    # streams' validation errors
-    assert text.count("pending: 0 of 10 realisations") == 9
+    # T1-T6, M2, M5 and the exploratory X1 and X2 lack runs; M1, M3, M4 and M6 wait for
+    # their streams' validation errors
+    assert text.count("pending: 0 of 10 realisations") == 10
     assert text.count("pending: the streams' validation errors are not all in") == 4
 
 

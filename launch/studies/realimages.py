@@ -127,6 +127,22 @@ ARMS = {
             datasets=("scaled_mnist_10k",),
             sizes=(100,),
         ),
+        # ... and X2, its mirror: DISCO's network on II-DISCO WS's Table 6 values (the momentum
+        # 0.99, lowered at N_t = 100 by the plan's BatchNorm rule exactly as `ii_ws`'s is)
+        Arm(
+            "disco_ii_hps",
+            "mnist_disco",
+            "T",
+            "DISCO on II-DISCO WS's hyper-parameters",
+            overrides={
+                "model.dropout": 0.1,
+                "model.bn_momentum": 0.99,
+                "train.learning_rate": 5e-3,
+                "train.weight_decay": 5e-7,
+            },
+            datasets=("scaled_mnist_10k",),
+            sizes=(100,),
+        ),
     )
 }
 STREAMS = ("std", "e2", "scale")  # the streams triple is compared with
@@ -162,8 +178,9 @@ CLAIMS = (
 )
 
 # Exploratory comparisons, added after the registered results were read: the same paired
-# statistics, outside Holm's family and without a verdict. X1 asks whether T3's difference is
-# the network's or the recipes': both arms on DISCO's hyper-parameters.
+# statistics, outside Holm's family and without a verdict. X1 and X2 ask whether T3's difference
+# is the network's or the recipes': both networks on DISCO's hyper-parameters (X1), and on
+# II-DISCO WS's (X2).
 EXPLORATORY = (
     Claim(
         "X1",
@@ -174,6 +191,17 @@ EXPLORATORY = (
         "is T3's difference the network's or the recipes'? II-DISCO WS's network on DISCO's "
         "hyper-parameters (dropout 0.7, learning rate 0.01, weight decay 0, BatchNorm momentum "
         "0.9) against `disco`, on T3's realisations",
+        4.06,
+    ),
+    Claim(
+        "X2",
+        "scaled_mnist_10k",
+        100,
+        "ii_ws",
+        "disco_ii_hps",
+        "the mirror of X1: T3's `ii_ws` runs against DISCO's network on II-DISCO WS's "
+        "hyper-parameters (dropout 0.1, learning rate 0.005, weight decay 5e-7, BatchNorm "
+        "momentum 0.926), on T3's realisations",
         4.06,
     ),
 )
