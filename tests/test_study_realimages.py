@@ -434,3 +434,14 @@ def test_the_command_reports_an_empty_record_and_exits_0(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "No run has landed" in (tmp_path / "results.md").read_text()
+
+
+def test_the_committed_report_is_what_the_committed_record_gives(tmp_path):
+    """docs/results/realimages: results.md, claims.json and exploratory.json are written from
+    runs.jsonl alone, so no figure in them can drift from the rows behind it."""
+    here = os.path.join(ROOT, "docs", "results", "realimages")
+    rows = record.read(os.path.join(here, "runs.jsonl"))
+    report.write_report(STUDY, rows, str(tmp_path), figures=False)
+    for name in ("results.md", "claims.json", "exploratory.json"):
+        with open(os.path.join(here, name)) as f:
+            assert (tmp_path / name).read_text() == f.read(), name
