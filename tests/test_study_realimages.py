@@ -175,9 +175,13 @@ def test_exploratory_arms_swap_the_recipes_at_t3s_point_only(arm, recipe_of, hea
     mine = [r for r in runs if _family_of(r) == arm]
     other = {r.overrides["seed"]: r for r in runs if _family_of(r) == recipe_of}
     assert sorted(r.overrides["seed"] for r in mine) == list(range(10))
-    keys = ("model.dropout", "model.bn_momentum", "train.learning_rate", "train.weight_decay")
-    keys += ("train.batch_size", "train.num_epochs", "train.lr_boundaries", "train.optimizer")
-    keys += ("data.augment",)
+    keys = realimages.RECIPE_KEYS + (
+        "train.batch_size",
+        "train.num_epochs",
+        "train.lr_boundaries",
+        "train.optimizer",
+        "data.augment",
+    )
 
     def values(run):
         c = sweep.load_config(STUDY.families[_family_of(run)].stem, run.overrides)

@@ -89,11 +89,27 @@ class Arm:
     config: str  # configs/NAME.py
     family: str  # "T" or "M"
     about: str
-    # an arm of the exploratory comparisons: its config overrides, datasets and N_t (None: the
-    # family's datasets, every N_t of them)
-    overrides: dict = dataclasses.field(default_factory=dict)
+    # an arm of the exploratory comparisons: the config whose training values (RECIPE_KEYS)
+    # replace its own, its datasets and N_t (None: the family's datasets, every N_t of them)
+    recipe_from: str | None = None
     datasets: tuple[str, ...] | None = None
     sizes: tuple[int, ...] | None = None
+
+
+# What "a recipe" is when an exploratory arm takes another arm's: the values in which the
+# Table 2 configs differ (batch, epochs, schedule, optimiser and augmentation are shared).
+RECIPE_KEYS = ("model.dropout", "model.bn_momentum", "train.learning_rate", "train.weight_decay")
+
+
+def recipe_overrides(arm: Arm) -> dict:
+    """``{key: value}`` of :data:`RECIPE_KEYS` read from ``arm.recipe_from``'s config (``{}``
+    for an arm with its own recipe), so an exploratory arm follows that config if it changes."""
+    if arm.recipe_from is None:
+        return {}
+    from launch import sweep
+
+    config = sweep.load_config(arm.recipe_from, {})
+    return {k: config[k.split(".")[0]][k.split(".")[1]] for k in RECIPE_KEYS}
 
 
 ARMS = {
@@ -118,12 +134,7 @@ ARMS = {
             "mnist_ii_disco_ws",
             "T",
             "II-DISCO WS on DISCO's hyper-parameters",
-            overrides={
-                "model.dropout": 0.7,
-                "model.bn_momentum": 0.9,
-                "train.learning_rate": 0.01,
-                "train.weight_decay": 0.0,
-            },
+            recipe_from="mnist_disco",
             datasets=("scaled_mnist_10k",),
             sizes=(100,),
         ),
@@ -134,12 +145,7 @@ ARMS = {
             "mnist_disco",
             "T",
             "DISCO on II-DISCO WS's hyper-parameters",
-            overrides={
-                "model.dropout": 0.1,
-                "model.bn_momentum": 0.99,
-                "train.learning_rate": 5e-3,
-                "train.weight_decay": 5e-7,
-            },
+            recipe_from="mnist_ii_disco_ws",
             datasets=("scaled_mnist_10k",),
             sizes=(100,),
         ),
@@ -519,7 +525,7 @@ def _families() -> dict:
             out[a.name] = Family(
                 a.config,
                 a.datasets or T_DATASETS,
-                overrides=dict(a.overrides),
+                overrides=recipe_overrides(a),
                 tune="none",
                 rule=t,
                 sizes=a.sizes,
