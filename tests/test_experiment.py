@@ -307,6 +307,37 @@ def test_restart_resumes_phase_one_then_trains_phase_two(finished, env, tmp_path
 
 
 @pytest.mark.slow
+def test_the_validation_interval_does_not_change_training(env, tmp_path):
+    """``train.eval_every_epochs`` is among the keys a run may change on resume
+    (``RESUMABLE_KEYS``), and the studies' tuning reads only the last epoch's held-out error: so
+    without best-epoch selection (which chooses among the validated epochs, by design), validating
+    less often must leave every stage's training bit-identical, the random scale augmentation
+    included. One run validates every stage after each epoch, the other after its last only."""
+    stages = ("", "phase1.e2.", "phase1.std.")
+    runs = {}
+    for every in (1, EPOCHS):
+        flags = [f"--config.{p}train.select_best=False" for p in stages] + [
+            f"--config.{p}train.eval_every_epochs={every}" for p in stages
+        ]
+        workdir = str(tmp_path / f"every{every}")
+        runs[every] = (workdir, run(env, workdir, *flags)[0])
+    (each_dir, each), (last_dir, last) = runs[1], runs[EPOCHS]
+    for sub in ("streams/e2", "streams/std", ""):
+        mine = checkpoint.restore_latest(os.path.join(last_dir, sub))
+        ref = checkpoint.restore_latest(os.path.join(each_dir, sub))
+        assert_bit_identical(mine.state, ref.state)
+        # the setting took effect: validated once, against after each epoch
+        val_epochs = [
+            [r["epoch"] for r in m.meta["records"] if r["split"] == "val"] for m in (mine, ref)
+        ]
+        assert val_epochs == [[EPOCHS], list(range(1, EPOCHS + 1))], (sub, val_epochs)
+    for key in ("test_error", "val_error"):
+        assert last[key] == each[key]
+        for s in ("e2", "std"):
+            assert last["phase1"][s][key] == each["phase1"][s][key]
+
+
+@pytest.mark.slow
 def test_each_stage_is_prepared_once_and_the_dataset_loaded_once(reference):
     """A fresh two-phase command (the reference) prepares each of its three stages once (the
     check builds what the execution runs) and loads the dataset and draws its training subset

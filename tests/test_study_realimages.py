@@ -157,6 +157,17 @@ def test_tuning_is_at_1000_images_of_realisation_0s_80_20_split_over_six_candida
         STUDY, str(tmp_path), "fashion_mnist", ("triple",), STUDY.main_rule, _chosen()
     )
     assert not waiting and len(heads) == 6 and all(r.multi for r in heads)
+    # tuning reads the last epoch's held-out error only, so it validates only then (streams
+    # 100 epochs, the head 25; training unchanged, test_experiment.py), the main runs each 10th
+    for r in runs:
+        assert r.overrides["train.eval_every_epochs"] == r.overrides["train.num_epochs"] == 100
+    for r in heads:
+        ov = r.overrides
+        assert ov["train.eval_every_epochs"] == ov["train.num_epochs"] == 25
+        for slot in ("e2", "scale", "std"):
+            assert ov[f"phase1.{slot}.train.eval_every_epochs"] == 100
+    main = _main_runs("fashion_mnist", 1_000, tmp_path)
+    assert {r.overrides["train.eval_every_epochs"] for r in main} == {10}
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,10 @@ class Study:
     each judged at its one (dataset, N_t); ``worse='best_stream'``: the family of
     ``best_stream`` with the lowest mean validation error there). ``exploratory``: comparisons
     of the same form added after results were read: reported with their statistics, outside
-    the registered family's correction and without a verdict.
+    the registered family's correction and without a verdict. ``tune_validates_once``: the
+    tuning runs (streams and heads) validate once, after their last epoch, the only one the
+    choice reads; validating less often leaves training bit-identical
+    (tests/test_experiment.py::test_the_validation_interval_does_not_change_training).
     """
 
     name: str
@@ -142,6 +145,7 @@ class Study:
     exploratory: tuple = ()
     best_stream: tuple[str, ...] = ()
     paper: dict = dataclasses.field(default_factory=dict)  # family -> published (mean, std) %
+    tune_validates_once: bool = False
 
     @property
     def n_tune(self) -> int:
@@ -336,6 +340,11 @@ def network_overrides(
         r = f.rule or rule
         return tune_rule(study, r) if tune else r
 
+    def validated(train: dict) -> dict:
+        if tune and study.tune_validates_once:
+            return train | {"eval_every_epochs": train["num_epochs"]}
+        return train
+
     ov = data_overrides(study, dataset, n_train, seed, tune) | dict(fam.overrides)
     own = {} if fam.tune == "none" else hps[fam.hp_from or family]
     if fam.streams:
@@ -346,12 +355,12 @@ def network_overrides(
             star = float(config.model.streams[slot].get("width_divisor", 1.0) or 1.0)
             slot_rule = rule_of(study.families[slot_family])
             ov[f"model.streams.{slot}.width_divisor"] = star * slot_rule.width_divisor
-            train = schedule(n_eff, slot_rule, n_all) | hps[slot_family]
+            train = validated(schedule(n_eff, slot_rule, n_all) | hps[slot_family])
             ov.update({f"phase1.{slot}.train.{k}": v for k, v in train.items()})
-        train = head_schedule(n_eff, rule_of(fam), n_all) | own
+        train = validated(head_schedule(n_eff, rule_of(fam), n_all) | own)
     else:
         rule = rule_of(fam)
-        train = schedule(n_eff, rule, n_all, fam.steps_factor) | own
+        train = validated(schedule(n_eff, rule, n_all, fam.steps_factor) | own)
         if fam.stem in study.wrn_stems:
             ov["model.width_divisor"] = rule.width_divisor
         if fam.stem == study.mono_stem:
