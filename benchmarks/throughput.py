@@ -55,7 +55,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # measure the invjax next to this script, not another install
     sys.path.insert(0, str(REPO))
 
-DATASETS = ("svhn", "cifar10", "stl10", "digits")
+DATASETS = ("svhn", "cifar10", "stl10", "digits", "fashion")
 FAMILIES = ("std", "e2", "e2_ii", "scale", "scale_ii", "dual", "triple")
 DEFAULT_FAMILIES = ("std", "e2", "e2_ii", "scale_ii", "dual", "triple")
 # The digits configs name their streams by family only: their E(2) and scale streams use II.
@@ -65,6 +65,13 @@ DIGITS_CONFIGS = {
     "scale_ii": "digits_scale",
     "dual": "digits_dual",
     "triple": "digits_triple",
+}
+# The real-image study's streams (docs/results/realimages): the same naming, on Fashion-MNIST.
+FASHION_CONFIGS = {
+    "std": "fashion_std",
+    "e2_ii": "fashion_e2",
+    "scale_ii": "fashion_scale",
+    "triple": "fashion_triple",
 }
 PRECISIONS = ("default", "highest", "bf16", "exact_fast")  # invjax.precision.PRECISIONS (tested)
 LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact")
@@ -79,6 +86,8 @@ def config_name(dataset: str, family: str) -> str | None:
     """``configs/<name>.py`` of a (dataset, family), or None where the dataset has none."""
     if dataset == "digits":
         return DIGITS_CONFIGS.get(family)
+    if dataset == "fashion":
+        return FASHION_CONFIGS.get(family)
     return f"{dataset}_{family}"
 
 
@@ -171,9 +180,15 @@ def measure(case: dict) -> dict:
         for _ in range(case["warmup"]):
             state, metrics = step(state, images, labels)
         jax.block_until_ready((state, metrics))
+        wait_for_the_others(case.get("barrier"))
         t1, c1 = time.perf_counter(), time.process_time()
-        for _ in range(case["steps"]):
+        steps, window = case["steps"], case.get("window_s")
+        done = 0
+        while done < steps or (window and time.perf_counter() - t1 < window):
             state, metrics = step(state, images, labels)
+            done += 1
+            if window:  # the window is wall time: each step is waited for
+                jax.block_until_ready((state, metrics))
         jax.block_until_ready((state, metrics))
         elapsed, elapsed_cpu = time.perf_counter() - t1, time.process_time() - c1
         resolved = scale_ops.resolve_lowering(lowering) if lowering else None
@@ -195,15 +210,31 @@ def measure(case: dict) -> dict:
         "trainable": trainable,
         "first_step_s": round(first, 3),
         "first_step_cpu_s": round(first_cpu, 3),
-        "step_ms": round(1e3 * elapsed / case["steps"], 3),
-        "step_cpu_ms": round(1e3 * elapsed_cpu / case["steps"], 3),
-        "images_per_s": round(batch * case["steps"] / elapsed, 2),
+        "steps": done,
+        "step_ms": round(1e3 * elapsed / done, 3),
+        "step_cpu_ms": round(1e3 * elapsed_cpu / done, 3),
+        "images_per_s": round(batch * done / elapsed, 2),
         "final_loss": float(metrics["loss"]),
         "devices": mesh.devices.size,
         "device_kind": jax.devices()[0].device_kind,
         "backend": jax.default_backend(),
         "load_avg_1m": round(os.getloadavg()[0], 2),  # other jobs on a shared machine
     }
+
+
+def wait_for_the_others(barrier: dict | None, timeout_s: float = 1800.0) -> None:
+    """With ``barrier = {'dir': D, 'count': n}`` (processes timed side by side,
+    ``benchmarks/cpu_slots.py``): say this one is warm and wait until all ``n`` are, so that
+    their timed steps overlap."""
+    if not barrier:
+        return
+    folder = pathlib.Path(barrier["dir"])
+    (folder / f"ready.{os.getpid()}").touch()
+    t0 = time.perf_counter()
+    while len(list(folder.glob("ready.*"))) < barrier["count"]:
+        if time.perf_counter() - t0 > timeout_s:
+            raise TimeoutError(f"the other processes of {folder} were not ready in {timeout_s} s")
+        time.sleep(0.05)
 
 
 def run_case(case: dict) -> dict:

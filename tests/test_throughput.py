@@ -24,8 +24,9 @@ T = runpy.run_path(str(SCRIPT), run_name="throughput")
 def test_every_default_family_has_its_config(dataset):
     fams = T["families_of"](dataset)
     default = [f for f in T["DEFAULT_FAMILIES"] if f in fams]
-    # the digits have no pooling E(2) network; every other dataset has all six
-    assert len(default) == (5 if dataset == "digits" else 6)
+    # the digits have no pooling E(2) network, Fashion-MNIST (the real-image study's streams) no
+    # dual either; every other dataset has all six
+    assert len(default) == {"digits": 5, "fashion": 4}.get(dataset, 6)
     for family in default:
         name, config = T["load_config"](dataset, family)
         assert (REPO / "configs" / f"{name}.py").exists()
@@ -99,3 +100,19 @@ def test_precisions_are_invjaxs():
     from invjax import precision
 
     assert set(T["PRECISIONS"]) == set(precision.PRECISIONS)
+
+
+def test_cpu_slots_splits_the_cores_and_names_bad_input(capsys):
+    S = runpy.run_path(str(REPO / "benchmarks" / "cpu_slots.py"), run_name="cpu_slots")
+    assert S["core_sets"]([0, 1], 2) == [[0], [1]]
+    assert S["core_sets"]([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
+    with pytest.raises(ValueError, match="--slots=3 is invalid"):
+        S["core_sets"]([0, 1], 3)
+    for argv, message in (
+        (["--family", "e2"], "--family='e2' has no config for --dataset=fashion"),
+        (["--dataset", "mnist"], "--dataset='mnist' is unknown"),
+        (["--window", "0"], "--window=0.0 is invalid"),
+        (["--slots", "999"], "--slots=999 is invalid"),
+    ):
+        assert S["main"](argv) == 2
+        assert message in capsys.readouterr().err
