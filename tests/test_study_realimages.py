@@ -460,3 +460,8 @@ def test_the_committed_report_is_what_the_committed_record_gives(tmp_path):
     for name in ("results.md", "claims.json", "exploratory.json"):
         with open(os.path.join(here, name)) as f:
             assert (tmp_path / name).read_text() == f.read(), name
+    # the figures are not compared byte for byte (matplotlib's output varies between
+    # versions), but every dataset with a main run has its committed figure
+    for dataset in sorted({r["dataset"] for r in rows if r["stage"] == "main"}):
+        figure = os.path.join(here, f"error_vs_n_train_{dataset}.png")
+        assert os.path.isfile(figure), f"{figure} is missing"

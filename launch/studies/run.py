@@ -392,9 +392,11 @@ def run(study: Study, opts: Options) -> int:
             report.write_report(
                 study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
             )
-        if opts.commit and new:
+        # at the end too: the figures are redrawn then, with no new row to carry them
+        if opts.commit and (new or final):
             paths = [opts.record] + ([opts.out] if opts.out else [])
-            commit(paths, f"{study.name} study: {new} more run(s) landed")
+            what = f"{new} more run(s) landed" if new else "the report's figures redrawn"
+            commit(paths, f"{study.name} study: {what}")
 
     after()  # what finished here before (a run stopped after its results, before landing)
     status = 0
