@@ -465,3 +465,27 @@ def test_the_committed_report_is_what_the_committed_record_gives(tmp_path):
     for dataset in sorted({r["dataset"] for r in rows if r["stage"] == "main"}):
         figure = os.path.join(here, f"error_vs_n_train_{dataset}.png")
         assert os.path.isfile(figure), f"{figure} is missing"
+
+
+def test_a_study_commit_takes_only_the_paths_it_names(tmp_path):
+    """The report's figures redrawn at a command's end are committed alone: an edit beside
+    them in the report's folder (a README being written) stays uncommitted."""
+    from launch.studies import run as study_run
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True)
+
+    git("init", "-q")
+    git("config", "user.email", "test@example.com")
+    git("config", "user.name", "test")
+    figure, readme = tmp_path / "figure.png", tmp_path / "README.md"
+    figure.write_text("old")
+    readme.write_text("old")
+    git("add", ".")
+    git("commit", "-qm", "start")
+    figure.write_text("redrawn")
+    readme.write_text("being edited")
+    assert study_run.commit([str(figure)], "figures redrawn")
+    assert git("status", "--porcelain").stdout.split() == ["M", "README.md"]
+    assert git("show", "HEAD:figure.png").stdout == "redrawn"
+    assert not study_run.commit([str(figure)], "nothing changed")  # no empty commits

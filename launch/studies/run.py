@@ -384,19 +384,22 @@ def run(study: Study, opts: Options) -> int:
     def after(final: bool = False) -> None:
         new = land(opts.runs_dir, opts.record, opts.rerun)
         count[0] += new
+        written = []
         if opts.out and (new or final):
             # the tables after every landing, the figures every FIGURES_EVERY runs and at the end
             figures = final or count[0] % FIGURES_EVERY < new
             rows = record.read(opts.record)
             # the runs of this command's rule, counted against every realisation of the plan
-            report.write_report(
+            written = report.write_report(
                 study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
             )
-        # at the end too: the figures are redrawn then, with no new row to carry them
-        if opts.commit and (new or final):
+        if opts.commit and new:
             paths = [opts.record] + ([opts.out] if opts.out else [])
-            what = f"{new} more run(s) landed" if new else "the report's figures redrawn"
-            commit(paths, f"{study.name} study: {what}")
+            commit(paths, f"{study.name} study: {new} more run(s) landed")
+        elif opts.commit and written:
+            # the figures redrawn at the end carry no new row; commit only what the report
+            # wrote, never other edits in its folder
+            commit(written, f"{study.name} study: the report's figures redrawn")
 
     after()  # what finished here before (a run stopped after its results, before landing)
     status = 0
