@@ -28,7 +28,7 @@ so the guarantee is stated per precision (the argument and the measurements: doc
     the grid permutations of the group, and ``x_hi + x_lo`` carries 22 (TF32) or all 24 (bf16 x3)
     mantissa bits: a last-bit difference of an input stays a last-bit difference. Plain float32
     (``HIGHEST``) on backends whose float32 products are already float32 (CPU). Not the GPU
-    training default: its cost on a GPU is not measured yet.
+    training default: on an H200 it costs 2.0-2.2x ``default`` (docs/precision.md).
 
 Emulation (CPU proof of the argument, tests and ``benchmarks/precision.py``): ``"<mode>@tf32"``
 and ``"<mode>@bf16"`` for ``mode`` in ``default`` / ``exact_fast`` compute what that mode computes
@@ -263,7 +263,8 @@ def is_exact(name: str, backend: str | None = None) -> bool:
 
     ``highest`` everywhere; ``default`` and ``exact_fast`` on CPU (float32 products); the
     emulations of ``exact_fast`` (tested on CPU). ``exact_fast`` on GPUs and TPUs is exact by
-    the argument of docs/precision.md but not measured yet, so not promised here. ``bf16`` and
+    the argument of docs/precision.md; on one H200 it stayed within the bound with a margin of
+    3x (at most 3.5e-6), which is not yet enough to promise it for every card. ``bf16`` and
     the emulated ``default@...`` never: rounding each layer's input breaks exactness.
     """
     check(name)
