@@ -72,3 +72,42 @@ def test_only_protocol_runs_the_digits_study_step_alone(tmp_path):
         f"C{c}_g{g}" for c in (1, 10, 100) for g in (0.3, 1)
     )
     assert (runs / "main" / "scaled_digits" / "svm" / "n20" / "seed_0" / "results.json").is_file()
+
+
+def _real_plan(tmp_path, **env):
+    out, stdout = run(
+        tmp_path,
+        ONLY="realimages",
+        REAL_DATASETS="scaled_fashion_mnist",
+        REAL_FAMILIES="disco,ii_ws",
+        REAL_SIZES="1000",
+        REAL_RUNS=str(tmp_path / "runs"),
+        REAL_RECORD=str(tmp_path / "runs.jsonl"),
+        REAL_ARGS="--seeds 0,1 --dry_run",
+        **env,
+    )
+    assert "== realimages: exit 0" in stdout
+    log = (out / "realimages.log").read_text()
+    return [line for line in log.splitlines() if line.startswith("python -m invjax.main")]
+
+
+def test_the_realimages_step_runs_k_realisations_per_program_unless_told_one(tmp_path):
+    # Default: each arm's realisations in one vmapped program.
+    together = _real_plan(tmp_path / "a")
+    assert len(together) == 2
+    assert all("--config.seeds=(0,1,)" in c for c in together)
+    # REAL_ONE= (empty): one program per realisation and arm, pairs interleaved, so that each
+    # lands as it finishes and a cut-off leaves the finished pairs.
+    alone = _real_plan(tmp_path / "b", REAL_ONE="")
+    assert len(alone) == 4
+    assert not any("--config.seeds" in c for c in alone)
+    got = [
+        (c.split("--config=configs/")[1].split(".py")[0], c.split("--config.seed=")[1].split()[0])
+        for c in alone
+    ]
+    assert got == [
+        ("mnist_disco", "0"),
+        ("mnist_ii_disco_ws", "0"),
+        ("mnist_disco", "1"),
+        ("mnist_ii_disco_ws", "1"),
+    ]
