@@ -267,6 +267,7 @@ def _record():
     rows += _arm(f, "scale", 1_000, [20.5] * 10, val=[21.0] * 10)
     rows += _arm(f, "triple", 1_000, 18.0 + NOISE[5])
     rows += _arm(f, "triple_std", 1_000, 17.0 + NOISE[5][::-1])
+    rows += _arm("scaled_fashion_mnist", "disco", 1_000, 18.0 + NOISE[0])
     return rows
 
 
@@ -375,6 +376,13 @@ def test_the_report_writes_the_claims_the_arms_beside_the_paper_and_a_figure(tmp
     t1 = next(line for line in text.splitlines() if line.startswith("| T1 |"))
     assert "**supported**" in t1 and "502814 / 494549" in t1
     assert "| cnn |" in text and "1.60 ± 0.09" in text and "1.30 ± 0.02" in text
+    # The paper's Table 2 (MNIST-scale) stands beside the real digits only: it has no
+    # Fashion-MNIST figures to set beside Scaled-Fashion-MNIST's arms.
+    sections = {p.split("\n", 1)[0]: p for p in text.split("## Test error: ")[1:]}
+    assert "paper (Table 2)" in sections["scaled_mnist_10k"]
+    assert "| disco |" in sections["scaled_fashion_mnist"]
+    assert "paper (Table 2)" not in sections["scaled_fashion_mnist"]
+    assert "1.35 ± 0.05" not in sections["scaled_fashion_mnist"]
     assert "4 of 12 tested: 2 supported, 1 contradicted." in text
     claims = json.loads((tmp_path / "claims.json").read_text())
     assert [c["claim"] for c in claims] == [c.id for c in realimages.CLAIMS]

@@ -144,7 +144,8 @@ class Study:
     registered: tuple = ()
     exploratory: tuple = ()
     best_stream: tuple[str, ...] = ()
-    paper: dict = dataclasses.field(default_factory=dict)  # family -> published (mean, std) %
+    # dataset -> family -> published (mean, std) %: only the datasets the paper's figures describe
+    paper: dict = dataclasses.field(default_factory=dict)
     tune_validates_once: bool = False
 
     @property

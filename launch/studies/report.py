@@ -516,7 +516,7 @@ def write_registered_report(
 ) -> list[str]:
     """The report of a study whose claims were fixed before its runs (:attr:`Study.registered`):
     ``results.md`` (the claims with their statistics and verdicts, the tuning, every arm at
-    every N_t beside ``paper``'s figures, convergence), ``claims.json`` and, with ``figures``,
+    every N_t beside ``paper``'s figures for that dataset, convergence), ``claims.json`` and, with ``figures``,
     one figure per dataset of test error against N_t; from the record ``rows`` alone."""
     from launch.studies import power
 
@@ -592,7 +592,8 @@ def write_registered_report(
     sizes_of = {d: study.dataset_sizes.get(d, study.sizes) for d in study.datasets}
     for dataset in study.datasets:
         fams = [f for f, fam in study.families.items() if dataset in fam.datasets]
-        table = tables.arms_table(errors, dataset, fams, sizes_of[dataset], need, paper or {})
+        published = (paper or {}).get(dataset, {})
+        table = tables.arms_table(errors, dataset, fams, sizes_of[dataset], need, published)
         if table:
             text += [
                 f"## Test error: {dataset}",
@@ -602,7 +603,7 @@ def write_registered_report(
                 + (
                     " The paper's Table 2 (MNIST-scale, its full training set) beside the "
                     "arms it reports."
-                    if paper and any(f in paper for f in fams)
+                    if any(f in published for f in fams)
                     else ""
                 ),
                 "",
