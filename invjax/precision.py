@@ -28,7 +28,8 @@ so the guarantee is stated per precision (the argument and the measurements: doc
     the grid permutations of the group, and ``x_hi + x_lo`` carries 22 (TF32) or all 24 (bf16 x3)
     mantissa bits: a last-bit difference of an input stays a last-bit difference. Plain float32
     (``HIGHEST``) on backends whose float32 products are already float32 (CPU). Not the GPU
-    training default: on an H200 it costs 2.0-2.2x ``default`` (docs/precision.md).
+    training default: on an H200 it costs 2.0-2.2x ``default`` on E(2) layer stacks
+    (docs/precision.md).
 
 Emulation (CPU proof of the argument, tests and ``benchmarks/precision.py``): ``"<mode>@tf32"``
 and ``"<mode>@bf16"`` for ``mode`` in ``default`` / ``exact_fast`` compute what that mode computes
