@@ -173,19 +173,18 @@ def test_tuning_is_at_1000_images_of_realisation_0s_80_20_split_over_six_candida
 @pytest.mark.parametrize(
     "arm, recipe_of, head",
     [("ii_ws_disco_hps", "disco", "ii"), ("disco_ii_hps", "ii_ws", "mixed")],
-    ids=["X1", "X2"],
+    ids=["X1_X3", "X2_X4"],
 )
-def test_exploratory_arms_swap_the_recipes_at_t3s_point_only(arm, recipe_of, head, tmp_path):
-    """X1's arm trains II-DISCO WS's network with exactly the training values of `disco`'s
-    runs, X2's DISCO's network with those of `ii_ws` (its BatchNorm momentum lowered by the
-    same rule): read from the configs and the planned overrides, not restated; and only where
-    the comparisons use them, scaled_mnist_10k at N_t = 100."""
+def test_exploratory_arms_swap_the_recipes_at_t3s_and_t6s_points_only(
+    arm, recipe_of, head, tmp_path
+):
+    """X1's (X3's) arm trains II-DISCO WS's network with exactly the training values of
+    `disco`'s runs, X2's (X4's) DISCO's network with those of `ii_ws` (its BatchNorm momentum
+    lowered by the same rule where `ii_ws`'s is): read from the configs and the planned
+    overrides, not restated; and only where the comparisons use them, T3's point
+    (scaled_mnist_10k, N_t = 100) and T6's (scaled_fashion_mnist, N_t = 1,000)."""
     from launch import sweep
 
-    runs = _main_runs("scaled_mnist_10k", 100, tmp_path)
-    mine = [r for r in runs if _family_of(r) == arm]
-    other = {r.overrides["seed"]: r for r in runs if _family_of(r) == recipe_of}
-    assert sorted(r.overrides["seed"] for r in mine) == list(range(10))
     keys = realimages.RECIPE_KEYS + (
         "train.batch_size",
         "train.num_epochs",
@@ -198,12 +197,25 @@ def test_exploratory_arms_swap_the_recipes_at_t3s_point_only(arm, recipe_of, hea
         c = sweep.load_config(STUDY.families[_family_of(run)].stem, run.overrides)
         return {k: c[k.split(".")[0]][k.split(".")[1]] for k in keys}
 
-    for r in mine:
-        v, w = values(r), values(other[r.overrides["seed"]])
-        assert v == w
-        assert sweep.load_config(STUDY.families[arm].stem, r.overrides).model.head == head
-    assert {values(r)["model.dropout"] for r in mine} == {0.7 if head == "ii" else 0.1}
-    # nowhere else: not at another N_t, not on the Fashion data
+    momentum = {}
+    for dataset, n in (("scaled_mnist_10k", 100), ("scaled_fashion_mnist", 1_000)):
+        runs = _main_runs(dataset, n, tmp_path)
+        mine = [r for r in runs if _family_of(r) == arm]
+        other = {r.overrides["seed"]: r for r in runs if _family_of(r) == recipe_of}
+        assert sorted(r.overrides["seed"] for r in mine) == list(range(10))
+        for r in mine:
+            v, w = values(r), values(other[r.overrides["seed"]])
+            assert v == w
+            assert sweep.load_config(STUDY.families[arm].stem, r.overrides).model.head == head
+        assert {values(r)["model.dropout"] for r in mine} == {0.7 if head == "ii" else 0.1}
+        momentum[dataset] = {values(r)["model.bn_momentum"] for r in mine}
+    # the BatchNorm rule lowers II-DISCO WS's 0.99 after T3's 60 steps, not after T6's 480
+    assert momentum == (
+        {"scaled_mnist_10k": {0.9}, "scaled_fashion_mnist": {0.9}}
+        if head == "ii"
+        else {"scaled_mnist_10k": {0.926}, "scaled_fashion_mnist": {0.99}}
+    )
+    # nowhere else: not at another N_t of either dataset
     for dataset, n in (("scaled_mnist_10k", 1_000), ("scaled_fashion_mnist", 100)):
         assert not [r for r in _main_runs(dataset, n, tmp_path) if arm in r.workdir]
 
@@ -318,8 +330,9 @@ def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_p
     x1 = _arm(d, "ii_ws_disco_hps", 100, 9.0 + NOISE[3] * 20)
     rows = base + x1
     errors = plan.main_errors(STUDY, rows, STUDY.main_rule)
-    x, x2 = report.exploratory_claims(STUDY, errors, 10)
-    assert x2["claim"] == "X2" and x2["verdict"] == "pending: 0 of 10 realisations"
+    x, *others = report.exploratory_claims(STUDY, errors, 10)
+    assert [o["claim"] for o in others] == ["X2", "X3", "X4"]
+    assert {o["verdict"] for o in others} == {"pending: 0 of 10 realisations"}
     diff = (9.0 + NOISE[3] * 20) - (10.0 + NOISE[4] * 20)
     assert x["claim"] == "X1" and x["diff_mean"] == pytest.approx(diff.mean())
     assert x["status"] == "tested" and x["verdict"] == "no verdict"
@@ -336,6 +349,8 @@ def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_p
     assert [e["claim"] for e in json.loads((tmp_path / "exploratory.json").read_text())] == [
         "X1",
         "X2",
+        "X3",
+        "X4",
     ]
     # pending until all ten realisations of both arms are in
     errors = plan.main_errors(STUDY, base + x1[:9], STUDY.main_rule)
@@ -399,9 +414,9 @@ def test_an_empty_record_gives_a_report_that_says_so(tmp_path, capsys):
     text = (tmp_path / "results.md").read_text()
     assert "No run has landed in the record yet" in text
     assert "0 of 12 tested" in text
-    # T1-T6, M2, M5 and the exploratory X1 and X2 lack runs; M1, M3, M4 and M6 wait for
+    # T1-T6, M2, M5 and the exploratory X1-X4 lack runs; M1, M3, M4 and M6 wait for
     # their streams' validation errors
-    assert text.count("pending: 0 of 10 realisations") == 10
+    assert text.count("pending: 0 of 10 realisations") == 12
     assert text.count("pending: the streams' validation errors are not all in") == 4
 
 

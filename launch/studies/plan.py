@@ -71,8 +71,9 @@ class Family:
     ``datasets``: where it runs. ``tune='none'``: the config's own hyperparameters (a
     published recipe, not tuned). ``rule``: the family's own fixed recipe (then the study's
     rule, and the command line's rule options, do not apply to it). ``variants``: dataset ->
-    the config's argument on that dataset (``configs/STEM.py:ARG``). ``sizes``: the N_t of
-    its main runs (None: every N_t the study plans on the dataset).
+    the config's argument on that dataset (``configs/STEM.py:ARG``). ``points``: the
+    ``(dataset, N_t)`` of its main runs (None: every N_t the study plans on each of its
+    datasets).
     """
 
     stem: str | None
@@ -84,7 +85,7 @@ class Family:
     steps_factor: float = 1.0
     rule: Rule | None = None
     variants: dict = dataclasses.field(default_factory=dict)
-    sizes: tuple[int, ...] | None = None
+    points: tuple[tuple[str, int], ...] | None = None
 
     def config(self, dataset: str) -> str | None:
         """The config of its runs on ``dataset``: ``stem`` or ``stem:ARG``."""
@@ -551,8 +552,8 @@ def plan_main(
         for seed in seeds:
             point = []
             for family in fams:
-                only = study.families[family].sizes
-                if only is not None and n not in only:
+                only = study.families[family].points
+                if only is not None and (dataset, n) not in only:
                     continue
                 label = family_label(study, family, n, rule)
                 workdir = os.path.join(runs_dir, "main", dataset, family, label, f"seed_{seed}")

@@ -90,10 +90,10 @@ class Arm:
     family: str  # "T" or "M"
     about: str
     # an arm of the exploratory comparisons: the config whose training values (RECIPE_KEYS)
-    # replace its own, its datasets and N_t (None: the family's datasets, every N_t of them)
+    # replace its own, and the (dataset, N_t) it runs at (None: the family's datasets, every
+    # N_t of them)
     recipe_from: str | None = None
-    datasets: tuple[str, ...] | None = None
-    sizes: tuple[int, ...] | None = None
+    points: tuple[tuple[str, int], ...] | None = None
 
 
 # What "a recipe" is when an exploratory arm takes another arm's: the values in which the
@@ -112,6 +112,9 @@ def recipe_overrides(arm: Arm) -> dict:
     return {k: config[k.split(".")[0]][k.split(".")[1]] for k in RECIPE_KEYS}
 
 
+# Where the exploratory arms run: T3's point and T6's.
+X_POINTS = (("scaled_mnist_10k", 100), ("scaled_fashion_mnist", 1_000))
+
 ARMS = {
     a.name: a
     for a in (
@@ -126,28 +129,27 @@ ARMS = {
         Arm("triple", "fashion_triple", "M", "the three streams above and the paper's head"),
         Arm("triple_std", "fashion_triple_std", "M", "three standard streams, the same head"),
         Arm("triple_star", "fashion_triple_star", "M", "triple at one stream's size"),
-        # exploratory, added after T3 (X1): II-DISCO WS's network trained exactly as `disco`
-        # is (mnist_cnn.py's recipe and models.mnist's defaults), so that the pair differs only
-        # in the network (Scale-II head, max pooling) and not in Table 6's hyper-parameters
+        # exploratory, added after T3 (X1) and at T6's point after T6 (X3): II-DISCO WS's
+        # network trained exactly as `disco` is (mnist_cnn.py's recipe and models.mnist's
+        # defaults), so that the pair differs only in the network (Scale-II head, max pooling)
+        # and not in Table 6's hyper-parameters
         Arm(
             "ii_ws_disco_hps",
             "mnist_ii_disco_ws",
             "T",
             "II-DISCO WS on DISCO's hyper-parameters",
             recipe_from="mnist_disco",
-            datasets=("scaled_mnist_10k",),
-            sizes=(100,),
+            points=X_POINTS,
         ),
-        # ... and X2, its mirror: DISCO's network on II-DISCO WS's Table 6 values (the momentum
-        # 0.99, lowered at N_t = 100 by the plan's BatchNorm rule exactly as `ii_ws`'s is)
+        # ... and X2 / X4, its mirror: DISCO's network on II-DISCO WS's Table 6 values (the
+        # momentum 0.99, lowered where the plan's BatchNorm rule lowers `ii_ws`'s)
         Arm(
             "disco_ii_hps",
             "mnist_disco",
             "T",
             "DISCO on II-DISCO WS's hyper-parameters",
             recipe_from="mnist_ii_disco_ws",
-            datasets=("scaled_mnist_10k",),
-            sizes=(100,),
+            points=X_POINTS,
         ),
     )
 }
@@ -186,7 +188,7 @@ CLAIMS = (
 # Exploratory comparisons, added after the registered results were read: the same paired
 # statistics, outside Holm's family and without a verdict. X1 and X2 ask whether T3's difference
 # is the network's or the recipes': both networks on DISCO's hyper-parameters (X1), and on
-# II-DISCO WS's (X2).
+# II-DISCO WS's (X2). X3 and X4 ask the same of T6.
 EXPLORATORY = (
     Claim(
         "X1",
@@ -209,6 +211,26 @@ EXPLORATORY = (
         "hyper-parameters (dropout 0.1, learning rate 0.005, weight decay 5e-7, BatchNorm "
         "momentum 0.926), on T3's realisations",
         4.06,
+    ),
+    Claim(
+        "X3",
+        "scaled_fashion_mnist",
+        1_000,
+        "ii_ws_disco_hps",
+        "disco",
+        "X1 at T6's point: is T6's difference the network's or the recipes'? II-DISCO WS's "
+        "network on DISCO's hyper-parameters against `disco`, on T6's realisations",
+        0.29,
+    ),
+    Claim(
+        "X4",
+        "scaled_fashion_mnist",
+        1_000,
+        "ii_ws",
+        "disco_ii_hps",
+        "X2 at T6's point: T6's `ii_ws` runs against DISCO's network on II-DISCO WS's "
+        "hyper-parameters, on T6's realisations",
+        0.29,
     ),
 )
 
@@ -236,10 +258,7 @@ def check_plan() -> None:
             if arm != "best_stream" and arm not in ARMS:
                 raise ValueError(f"claim {c.id}: unknown arm {arm!r}")
             a = ARMS.get(arm)
-            if a and (
-                c.dataset not in (a.datasets or (c.dataset,))
-                or c.n_train not in (a.sizes or (c.n_train,))
-            ):
+            if a and a.points is not None and (c.dataset, c.n_train) not in a.points:
                 raise ValueError(
                     f"claim {c.id}: arm {arm!r} is not planned at {c.dataset}, N_t={c.n_train}"
                 )
@@ -522,13 +541,14 @@ def _families() -> dict:
     for a in ARMS.values():
         if a.family == "T":
             # the paper's and the peers' published hyper-parameters: the configs' own
+            datasets = tuple(dict.fromkeys(d for d, _ in a.points)) if a.points else T_DATASETS
             out[a.name] = Family(
                 a.config,
-                a.datasets or T_DATASETS,
+                datasets,
                 overrides=recipe_overrides(a),
                 tune="none",
                 rule=t,
-                sizes=a.sizes,
+                points=a.points,
             )
         elif a.name in STREAMS:
             out[a.name] = Family(a.config, M_DATASETS, rule=m, variants=rot)
