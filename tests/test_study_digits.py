@@ -832,3 +832,36 @@ def test_run_trains_what_the_record_lacks_lands_it_and_rewrites_the_report(tmp_p
     assert main(["digits", "status", *argv]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]
+
+
+def test_run_stops_rewriting_the_report_once_the_study_code_changes(tmp_path, capsys, monkeypatch):
+    """A long ``run`` keeps the code it started with: after an edit of launch/studies it would
+    write the old code's report over the new one's. It lands and commits the rows alone and
+    says how to rewrite the report; nothing else in the report's folder is committed."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True)
+
+    git("init", "-q")
+    git("config", "user.email", "test@example.com")
+    git("config", "user.name", "test")
+    out = tmp_path / "out"
+    rec = out / "runs.jsonl"
+    _tuned(tmp_path / "tuned", rec, {"svm": [50.0] * 6})
+    (out / "notes.md").write_text("being written")
+    digests = iter(["as started"])
+    monkeypatch.setattr(run, "code_digest", lambda: next(digests, "edited since"))
+    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits", "--sizes"]
+    argv += ["20", "--seeds", "0,1", "--runs_dir", str(tmp_path / "runs"), "--record", str(rec)]
+    assert main(["digits", "run", *argv, "--platform", "cpu", "--commit"]) == 0
+    printed = capsys.readouterr().out
+    assert "study: 2 run(s) landed" in printed
+    assert printed.count("changed after this command started") == 1
+    assert f"python -m launch.studies digits report --record {rec} --out {out}" in printed
+    rows = [r for r in record.read(str(rec)) if r["stage"] == "main"]
+    assert [r["run"] for r in rows] == [f"main/scaled_digits/svm/n20/seed_{k}" for k in (0, 1)]
+    assert not (out / "results.md").exists()
+    committed = git("show", "--name-only", "--format=", "HEAD").stdout.split()
+    assert committed == ["out/runs.jsonl"]
+    assert git("status", "--porcelain", "out/notes.md").stdout.startswith("??")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -207,6 +208,18 @@ def commit(paths: Sequence[str], message: str) -> bool:
     return not done.returncode
 
 
+def code_digest() -> str:
+    """A digest of the study package's sources (``launch/studies/*.py``): the code that plans
+    the runs and writes the report."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
 # ----------------------------------------------------------------------------- training
 
 
@@ -380,12 +393,25 @@ def run(study: Study, opts: Options) -> int:
     # one compilation cache for the whole study
     os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(opts.runs_dir, "xla_cache"))
     count = [0]
+    # A long command keeps the code it started with; once the study's sources change on disk it
+    # would write (and commit) the report of the old code over the new one's. It then lands
+    # and commits rows only and says how to rewrite the report.
+    started_with, stale = code_digest(), [False]
 
     def after(final: bool = False) -> None:
         new = land(opts.runs_dir, opts.record, opts.rerun)
         count[0] += new
         written = []
-        if opts.out and (new or final):
+        if opts.out and (new or final) and not stale[0] and code_digest() != started_with:
+            stale[0] = True
+            print(
+                "study: the study's code (launch/studies) changed after this command started: "
+                "it lands the runs but no longer rewrites the report; rewrite it with "
+                f"`python -m launch.studies {study.name} report --record {opts.record} "
+                f"--out {opts.out}`",
+                flush=True,
+            )
+        if opts.out and (new or final) and not stale[0]:
             # the tables after every landing, the figures every FIGURES_EVERY runs and at the end
             figures = final or count[0] % FIGURES_EVERY < new
             rows = record.read(opts.record)
@@ -394,7 +420,7 @@ def run(study: Study, opts: Options) -> int:
                 study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
             )
         if opts.commit and new:
-            paths = [opts.record] + ([opts.out] if opts.out else [])
+            paths = [opts.record] + ([opts.out] if opts.out and not stale[0] else [])
             commit(paths, f"{study.name} study: {new} more run(s) landed")
         elif opts.commit and written:
             # the figures redrawn at the end carry no new row; commit only what the report
