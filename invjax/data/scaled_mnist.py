@@ -24,7 +24,10 @@ own ``theta ~ U(0, 360)`` degrees about the centre, in the same single bicubic r
 SESN's own generator no longer reproduces (unseeded torchvision RNG, a removed argument), so
 invjax draws everything from seeded NumPy Generators and scales with its own
 :func:`invjax.groups.scale`: the same realisation is bit-identical on every run with the
-current libraries. It is generated on first use (seconds to a minute) and cached under
+current libraries on one kind of device. The resampling runs in JAX on its default device, so
+a GPU machine generates its own copy; whether it equals the CPU's to the grey level is what
+``benchmarks/realisation_devices.py`` measures (not yet run on a GPU). It is generated on first
+use (seconds to a minute) and cached under
 ``<data_dir>/invjax/<dataset name>/``: Scaled-MNIST from TFDS as
 ``mnist_scale/realisation_<r>.npz``; from a directory of IDX files in a subdirectory named by a
 digest of the pooled images and labels, so changed files never meet a stale cache.
