@@ -516,8 +516,9 @@ def write_registered_report(
 ) -> list[str]:
     """The report of a study whose claims were fixed before its runs (:attr:`Study.registered`):
     ``results.md`` (the claims with their statistics and verdicts, the tuning, every arm at
-    every N_t beside ``paper``'s figures for that dataset, convergence), ``claims.json`` and, with ``figures``,
-    one figure per dataset of test error against N_t; from the record ``rows`` alone."""
+    every N_t beside ``paper``'s figures for that dataset, convergence), ``claims.json`` and,
+    with ``figures``, one figure per dataset of test error against N_t; from the record
+    ``rows`` alone."""
     from launch.studies import power
 
     seeds = tuple(seeds or study.seeds)
