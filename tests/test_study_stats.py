@@ -35,6 +35,13 @@ def test_paired_t_by_hand_and_against_scipy():
         assert math.isclose(S.paired_t_p(d), want, rel_tol=1e-9)
     assert S.paired_t_p([2.0, 2.0, 2.0]) == 0.0 and S.paired_t_p([0.0, 0.0]) == 1.0
     assert math.isnan(S.paired_t_p([1.0]))
+    # equal differences of percentages that binary rounding makes unequal (two of the study's
+    # pairs): no spread, so a constant shift, not a t of 1e15
+    d = [15.24 - 16.74, 14.09 - 15.59]
+    assert d[0] != d[1]
+    assert S.mean_sd(d) == (pytest.approx(-1.5), 0.0)
+    assert S.paired_t_p(d) == 0.0 and S.t_interval(d) == (pytest.approx(-1.5), pytest.approx(-1.5))
+    assert S.mean_sd([-1.5, -1.5 + 1e-3])[1] > 0  # a real spread stays
 
 
 def test_wilcoxon_exact_against_scipy_and_with_ties_by_hand():

@@ -61,7 +61,11 @@ def mean_sd(diffs: Sequence[float]) -> tuple[float, float]:
     m = sum(d) / len(d)
     if len(d) < 2:
         return m, math.nan
-    return m, math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
+    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
+    # Differences of percentages carry binary rounding (15.24 - 16.74 is -1.4999999999999982,
+    # 14.09 - 15.59 is -1.5): a spread that small is none, not a t of 1e15. Test errors resolve
+    # 0.002 points at the finest, far above this tolerance.
+    return m, 0.0 if sd <= 1e-9 * max(1.0, max(abs(x) for x in d)) else sd
 
 
 def paired_t_p(diffs: Sequence[float]) -> float:
