@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -97,3 +98,17 @@ def camera64():
     img = skimage.data.camera()[40:300, 120:380].astype(np.float64) / 255.0
     img = skimage.transform.resize(img, (65, 65), anti_aliasing=True)
     return img.astype(np.float32)[None, :, :, None]
+
+
+@pytest.fixture
+def git_repo(tmp_path):
+    """``tmp_path`` as an empty git repository with an author; returns ``git(*args)``, which
+    runs git there and returns the completed process."""
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True)
+
+    git("init", "-q")
+    git("config", "user.email", "test@example.com")
+    git("config", "user.name", "test")
+    return git

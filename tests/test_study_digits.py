@@ -834,18 +834,13 @@ def test_run_trains_what_the_record_lacks_lands_it_and_rewrites_the_report(tmp_p
     assert lines[-2].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]
 
 
-def test_run_stops_rewriting_the_report_once_the_study_code_changes(tmp_path, capsys, monkeypatch):
+def test_run_stops_rewriting_the_report_once_the_study_code_changes(
+    tmp_path, git_repo, capsys, monkeypatch
+):
     """A long ``run`` keeps the code it started with: after an edit of launch/studies it would
     write the old code's report over the new one's. It lands and commits the rows alone and
     says how to rewrite the report; nothing else in the report's folder is committed."""
-    import subprocess
-
-    def git(*args):
-        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True)
-
-    git("init", "-q")
-    git("config", "user.email", "test@example.com")
-    git("config", "user.name", "test")
+    git = git_repo
     out = tmp_path / "out"
     rec = out / "runs.jsonl"
     _tuned(tmp_path / "tuned", rec, {"svm": [50.0] * 6})

@@ -490,17 +490,12 @@ def test_the_committed_report_is_what_the_committed_record_gives(tmp_path):
         assert os.path.isfile(figure), f"{figure} is missing"
 
 
-def test_a_study_commit_takes_only_the_paths_it_names(tmp_path):
+def test_a_study_commit_takes_only_the_paths_it_names(tmp_path, git_repo):
     """The report's figures redrawn at a command's end are committed alone: an edit beside
     them in the report's folder (a README being written) stays uncommitted."""
     from launch.studies import run as study_run
 
-    def git(*args):
-        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True)
-
-    git("init", "-q")
-    git("config", "user.email", "test@example.com")
-    git("config", "user.name", "test")
+    git = git_repo
     figure, readme = tmp_path / "figure.png", tmp_path / "README.md"
     figure.write_text("old")
     readme.write_text("old")

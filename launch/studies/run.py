@@ -402,23 +402,24 @@ def run(study: Study, opts: Options) -> int:
         new = land(opts.runs_dir, opts.record, opts.rerun)
         count[0] += new
         written = []
-        if opts.out and (new or final) and not stale[0] and code_digest() != started_with:
-            stale[0] = True
-            print(
-                "study: the study's code (launch/studies) changed after this command started: "
-                "it lands the runs but no longer rewrites the report; rewrite it with "
-                f"`python -m launch.studies {study.name} report --record {opts.record} "
-                f"--out {opts.out}`",
-                flush=True,
-            )
         if opts.out and (new or final) and not stale[0]:
-            # the tables after every landing, the figures every FIGURES_EVERY runs and at the end
-            figures = final or count[0] % FIGURES_EVERY < new
-            rows = record.read(opts.record)
-            # the runs of this command's rule, counted against every realisation of the plan
-            written = report.write_report(
-                study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
-            )
+            stale[0] = code_digest() != started_with
+            if stale[0]:
+                print(
+                    "study: the study's code (launch/studies) changed after this command "
+                    "started: it lands the runs but no longer rewrites the report; rewrite it "
+                    f"with `python -m launch.studies {study.name} report --record {opts.record} "
+                    f"--out {opts.out}`",
+                    flush=True,
+                )
+            else:
+                # the tables after every landing, the figures every FIGURES_EVERY runs and at
+                # the end; the runs of this command's rule, against every realisation planned
+                figures = final or count[0] % FIGURES_EVERY < new
+                rows = record.read(opts.record)
+                written = report.write_report(
+                    study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
+                )
         if opts.commit and new:
             paths = [opts.record] + ([opts.out] if opts.out and not stale[0] else [])
             commit(paths, f"{study.name} study: {new} more run(s) landed")
