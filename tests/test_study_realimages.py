@@ -390,6 +390,15 @@ def test_the_report_writes_the_claims_the_arms_beside_the_paper_and_a_figure(tmp
     text = (tmp_path / "results.md").read_text()
     t1 = next(line for line in text.splitlines() if line.startswith("| T1 |"))
     assert "**supported**" in t1 and "502814 / 494549" in t1
+    # beside the t-test: A lower in all ten pairs, so the exact sign-flip p is its least, 2/2^10
+    header = next(line for line in text.splitlines() if line.startswith("| claim |"))
+
+    def cells(claim: str) -> dict:
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {claim} |"))
+        return {h.strip(): c.strip() for h, c in zip(header.split("|"), line.split("|"))}
+
+    assert cells("T1")["A lower"] == "10/10" and cells("T1")["sign-flip p"] == "0.002"
+    assert (cells("M4")["A lower"], cells("M4")["sign-flip p"]) == ("-", "-")  # pending
     assert "| cnn |" in text and "1.60 ± 0.09" in text and "1.30 ± 0.02" in text
     # The paper's Table 2 (MNIST-scale) stands beside the real digits only: it has no
     # Fashion-MNIST figures to set beside Scaled-Fashion-MNIST's arms.

@@ -483,9 +483,10 @@ def _num(x, fmt: str = "{:.2f}") -> str:
 
 def registered_markdown(recs: Sequence[dict], need: int) -> str:
     lines = [
-        "| claim | dataset | N_t | A - B | n | diff (points) | 95% CI | t | p | Holm p "
-        "| verdict | sd of diff | MDE | params A / B | unconverged A / B | trained on |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| claim | dataset | N_t | A - B | n | diff (points) | 95% CI | A lower | t | p "
+        "| sign-flip p | Holm p | verdict | sd of diff | MDE | params A / B "
+        "| unconverged A / B | trained on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in recs:
         worse = f"`{r['worse_family'] or r['worse']}`"
@@ -495,10 +496,12 @@ def registered_markdown(recs: Sequence[dict], need: int) -> str:
         v = r["verdict"]
         v = f"**{v}**" if v in ("supported", "contradicted") else v
         params = f"{r['params_better'] or '-'} / {r['params_worse'] or '-'}"
+        lower = f"{r['wins']}/{r['n']}" if r["n"] and math.isfinite(r["p"]) else "-"
         lines.append(
             f"| {r['claim']} | `{r['dataset']}` | {r['n_train']} | `{r['better']}` - {worse} "
-            f"| {r['n']}/{need} | {_num(r['diff_mean'], '{:+.2f}')} | {ci} "
-            f"| {_num(r['t'])} | {tables._p(r['p'])} | {tables._p(r['p_holm'])} | {v} "
+            f"| {r['n']}/{need} | {_num(r['diff_mean'], '{:+.2f}')} | {ci} | {lower} "
+            f"| {_num(r['t'])} | {tables._p(r['p'])} | {tables._p(r['p_signflip'])} "
+            f"| {tables._p(r['p_holm'])} | {v} "
             f"| {_num(r['diff_sd'])} | {_num(r['mde'])} | {params} "
             f"| {r['unconverged_better']} / {r['unconverged_worse']} "
             f"| {'+'.join(r['trained_on']) or '-'} |"
@@ -549,7 +552,9 @@ def write_registered_report(
         "",
         f"{m} claims, each at one dataset and N_t: `A - B` is the paired difference of test "
         f"errors over {need} realisations (points; negative = the claim's direction), "
-        "two-sided paired t-test, 95% CI the Student t interval of the mean difference, Holm "
+        "two-sided paired t-test, 95% CI the Student t interval of the mean difference, "
+        "`A lower`: the realisations in which A's error is the lower, `sign-flip p`: the "
+        "exact two-sided sign-flip permutation p beside the t-test's, Holm "
         f"over exactly these {m} claims at alpha = {stats.ALPHA} (a claim not yet tested "
         "counts at p = 1, so no later landing raises an adjusted p). `sd of diff`: the "
         "observed standard deviation of the paired differences; `MDE`: the smallest effect "
