@@ -378,7 +378,10 @@ def test_fewer_than_ten_realisations_are_pending_not_tested():
     rows = [r for r in _record() if not (r["family"] == "disco" and r["seed"] == 9)]
     c = _claims(rows)
     assert c["T1"]["verdict"] == "pending: 9 of 10 realisations"
-    assert math.isnan(c["T1"]["p"])
+    assert math.isnan(c["T1"]["p"]) and math.isnan(c["T1"]["t"])  # no t over 9 pairs either
+    # the MDE is the planned test's: 10 pairs at the sd of the 9 differences so far
+    sd = c["T1"]["diff_sd"]
+    assert c["T1"]["mde"] == pytest.approx(power.minimum_detectable_effect(sd, 10, 0.05 / 12))
 
 
 def test_the_report_writes_the_claims_the_arms_beside_the_paper_and_a_figure(tmp_path):

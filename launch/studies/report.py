@@ -459,9 +459,12 @@ def _claim_record(study: Study, errors: dict, need: int, c, first: float) -> dic
     eb = {s: r["test_error"] for s, r in b.items()}
     rec |= stats.compare(ea, eb, need, "t")
     n, sd = rec["n"], rec["diff_sd"]
-    rec["t"] = rec["diff_mean"] / (sd / math.sqrt(n)) if n >= 2 and sd > 0 else math.nan
+    # t only where the test has all its pairs (a pending claim's t over 2 pairs can read -285);
+    # the MDE is always the planned test's: `need` pairs at the sd observed so far.
+    complete = math.isfinite(rec["p"]) and sd > 0
+    rec["t"] = rec["diff_mean"] / (sd / math.sqrt(n)) if complete else math.nan
     rec["mde"] = (
-        power.minimum_detectable_effect(sd, n, first)
+        power.minimum_detectable_effect(sd, need, first)
         if n >= 2 and math.isfinite(sd) and sd > 0
         else math.nan
     )
