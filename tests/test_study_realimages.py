@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -500,6 +501,45 @@ def test_the_committed_report_is_what_the_committed_record_gives(tmp_path):
     for dataset in sorted({r["dataset"] for r in rows if r["stage"] == "main"}):
         figure = os.path.join(here, f"error_vs_n_train_{dataset}.png")
         assert os.path.isfile(figure), f"{figure} is missing"
+
+
+_DECIDED = ("supported", "contradicted", "inconclusive")
+_NUMBER = r"[+-]?\d+\.\d+"
+
+
+def _quoted(text: str, label: str) -> list[str]:
+    """The first difference and 95 % interval quoted after ``label`` in ``text`` (whitespace
+    folded), as written: ``M3 ... = -0.61 points, 95 % interval [-1.17, -0.05]``."""
+    m = re.search(
+        rf"\b{label}\b[^\[]{{0,260}}?({_NUMBER})[^\[]{{0,60}}\[({_NUMBER}), ({_NUMBER})\]", text
+    )
+    assert m, f"{label}'s difference and interval are not quoted"
+    return list(m.groups())
+
+
+@pytest.mark.parametrize("readme", ["README.md", "docs/results/realimages/README.md"])
+def test_the_readmes_quote_every_decided_claim_as_the_committed_report_has_it(readme):
+    """The verdicts the READMEs state by hand follow the committed report (claims.json): the
+    count of claims tested, and each decided claim's difference and interval to the digits
+    quoted; in the README's results row each claim sits under its own verdict's heading."""
+    with open(os.path.join(ROOT, "docs", "results", "realimages", "claims.json")) as f:
+        claims = [c for c in json.load(f) if c["verdict"] in _DECIDED]
+    with open(os.path.join(ROOT, readme)) as f:
+        text = " ".join(f.read().split())
+    if readme == "README.md":  # the results table's row of this study
+        start = text.index("| real images:")
+        text = text[start : text.index("| |", start)]
+    tested = re.search(r"(\d+) of 12 (?:pre-registered )?claims tested", text)
+    assert tested and int(tested.group(1)) == len(claims), (readme, tested and tested.group(0))
+    for c in claims:
+        quoted = _quoted(text, c["claim"])
+        for q, value in zip(quoted, (c["diff_mean"], c["ci_low"], c["ci_high"])):
+            digits = len(q.split(".")[1])  # the record's figure rounded to the digits shown
+            assert float(q) == round(value, digits), (c["claim"], quoted, value)
+        if readme == "README.md":  # the last bold verdict before the claim is its own
+            before = text[: text.index(f"({c['claim']}:")]
+            heading = re.findall(r"\*\*(Supported|Contradicted|Inconclusive)\*\*", before)
+            assert heading and heading[-1].lower() == c["verdict"], (c["claim"], heading[-1:])
 
 
 def test_a_study_commit_takes_only_the_paths_it_names(tmp_path, git_repo):
