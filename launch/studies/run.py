@@ -421,8 +421,9 @@ def run(study: Study, opts: Options) -> int:
                     study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
                 )
         if opts.commit and new:
-            paths = [opts.record] + ([opts.out] if opts.out and not stale[0] else [])
-            commit(paths, f"{study.name} study: {new} more run(s) landed")
+            # the record and the files the report wrote, never the rest of its folder (a
+            # README being edited there is not a landing)
+            commit([opts.record, *written], f"{study.name} study: {new} more run(s) landed")
         elif opts.commit and written:
             # the figures redrawn at the end carry no new row; commit only what the report
             # wrote, never other edits in its folder
