@@ -860,3 +860,31 @@ def test_run_stops_rewriting_the_report_once_the_study_code_changes(
     committed = git("show", "--name-only", "--format=", "HEAD").stdout.split()
     assert committed == ["out/runs.jsonl"]
     assert git("status", "--porcelain", "out/notes.md").stdout.startswith("??")
+
+
+def test_a_landing_commits_the_record_and_what_the_report_wrote_and_nothing_else(
+    tmp_path, git_repo, capsys
+):
+    """A landing commits the record and the report's files; a README edited beside them in the
+    report's folder (tracked, so ``git add`` of the folder would take it) stays uncommitted."""
+    git = git_repo
+    out = tmp_path / "out"
+    rec = out / "runs.jsonl"
+    _tuned(tmp_path / "tuned", rec, {"svm": [50.0] * 6})
+    (out / "README.md").write_text("the plan\n")
+    git("add", "out")
+    git("commit", "-qm", "start")
+    (out / "README.md").write_text("the plan, being edited\n")
+    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits", "--sizes"]
+    argv += ["20", "--seeds", "0,1", "--runs_dir", str(tmp_path / "runs"), "--record", str(rec)]
+    assert main(["digits", "run", *argv, "--platform", "cpu", "--commit"]) == 0
+    assert "study: 2 run(s) landed" in capsys.readouterr().out
+    log = git("log", "--format=@%s", "--name-only").stdout
+    commits = [c.strip().split("\n") for c in log.split("@")[1:]]
+    landed = [[f for f in c[1:] if f] for c in commits if "more run(s) landed" in c[0]]
+    assert landed, log
+    for files in landed:
+        assert "out/runs.jsonl" in files and "out/results.md" in files, files
+        assert all(f.startswith("out/") and f != "out/README.md" for f in files), files
+    assert git("status", "--porcelain", "out/README.md").stdout.startswith(" M")
+    assert git("status", "--porcelain", "out/runs.jsonl").stdout == ""
