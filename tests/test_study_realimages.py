@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from launch import sweep
 from launch.studies import plan, power, realimages, record, report
 from launch.studies.__main__ import main
 
@@ -135,18 +136,35 @@ def test_two_phase_arms_reuse_the_single_stream_arms_runs(tmp_path):
             for k, v in seed0[arm].overrides.items()
             if k.startswith("phase1.") and k.endswith(".workdir")
         }
-        for arm in ("triple", "triple_std", "triple_star")
+        for arm in ("triple", "triple_std", "triple_scale", "triple_star")
     }
     assert reused["triple"] == {s: seed0[s].workdir for s in ("e2", "scale", "std")}
     assert reused["triple_std"] == {"e2": seed0["std"].workdir}  # seed offsets 1, 2: its own
+    assert reused["triple_scale"] == {"e2": seed0["scale"].workdir}
     assert reused["triple_star"] == {}  # narrow streams: its own
+
+
+def test_the_stronger_ensemble_runs_only_at_m1s_point_with_three_scale_streams(tmp_path):
+    """X5's arm (three scale streams, seed offsets 0, 1, 2, under triple's head) is planned at
+    Fashion-MNIST's N_t = 1,000 alone, ten realisations, and tunes only there."""
+    at_m1 = [r for r in _main_runs("fashion_mnist", 1_000, tmp_path) if "triple_scale" in r.workdir]
+    assert sorted(r.overrides["seed"] for r in at_m1) == list(range(10))
+    assert all("--config=configs/fashion_triple_scale.py " in r.command() + " " for r in at_m1)
+    for dataset, n in (("fashion_mnist", 10_000), ("rotscaled_fashion_mnist", 1_000)):
+        assert not [r for r in _main_runs(dataset, n, tmp_path) if "triple_scale" in r.workdir]
+    assert STUDY.families["triple_scale"].datasets == ("fashion_mnist",)
+    config = sweep.load_config("fashion_triple_scale", {})
+    scale = sweep.load_config("fashion_scale", {})
+    for offset, slot in enumerate(("e2", "scale", "std")):
+        assert config.model.streams[slot] == scale.model, slot
+        assert config.phase1[slot].seed_offset == offset
 
 
 def test_tuning_is_at_1000_images_of_realisation_0s_80_20_split_over_six_candidates(tmp_path):
     runs, svms, waiting = plan.plan_tune(
         STUDY, str(tmp_path), "fashion_mnist", tuple(STUDY.families), STUDY.main_rule, {}
     )
-    assert sorted(waiting) == ["triple", "triple_star", "triple_std"]
+    assert sorted(waiting) == ["triple", "triple_scale", "triple_star", "triple_std"]
     assert len(runs) == 3 * 6 and not svms
     grid = {(r.overrides["train.learning_rate"], r.overrides["train.weight_decay"]) for r in runs}
     assert grid == {(lr, wd) for lr in (1e-3, 3e-3, 1e-2) for wd in (1e-5, 1e-4)}
@@ -332,7 +350,7 @@ def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_p
     rows = base + x1
     errors = plan.main_errors(STUDY, rows, STUDY.main_rule)
     x, *others = report.exploratory_claims(STUDY, errors, 10)
-    assert [o["claim"] for o in others] == ["X2", "X3", "X4"]
+    assert [o["claim"] for o in others] == ["X2", "X3", "X4", "X5"]
     assert {o["verdict"] for o in others} == {"pending: 0 of 10 realisations"}
     diff = (9.0 + NOISE[3] * 20) - (10.0 + NOISE[4] * 20)
     assert x["claim"] == "X1" and x["diff_mean"] == pytest.approx(diff.mean())
@@ -352,6 +370,7 @@ def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_p
         "X2",
         "X3",
         "X4",
+        "X5",
     ]
     # pending until all ten realisations of both arms are in
     errors = plan.main_errors(STUDY, base + x1[:9], STUDY.main_rule)
@@ -427,9 +446,9 @@ def test_an_empty_record_gives_a_report_that_says_so(tmp_path, capsys):
     text = (tmp_path / "results.md").read_text()
     assert "No run has landed in the record yet" in text
     assert "0 of 12 tested" in text
-    # T1-T6, M2, M5 and the exploratory X1-X4 lack runs; M1, M3, M4 and M6 wait for
+    # T1-T6, M2, M5 and the exploratory X1-X5 lack runs; M1, M3, M4 and M6 wait for
     # their streams' validation errors
-    assert text.count("pending: 0 of 10 realisations") == 12
+    assert text.count("pending: 0 of 10 realisations") == 13
     assert text.count("pending: the streams' validation errors are not all in") == 4
 
 

@@ -112,8 +112,9 @@ def recipe_overrides(arm: Arm) -> dict:
     return {k: config[k.split(".")[0]][k.split(".")[1]] for k in RECIPE_KEYS}
 
 
-# Where the exploratory arms run: T3's point and T6's.
+# Where the exploratory arms run: T3's point and T6's; M1-M3's for the stronger ensemble.
 X_POINTS = (("scaled_mnist_10k", 100), ("scaled_fashion_mnist", 1_000))
+X_M_POINTS = (("fashion_mnist", 1_000),)
 
 ARMS = {
     a.name: a
@@ -129,6 +130,15 @@ ARMS = {
         Arm("triple", "fashion_triple", "M", "the three streams above and the paper's head"),
         Arm("triple_std", "fashion_triple_std", "M", "three standard streams, the same head"),
         Arm("triple_star", "fashion_triple_star", "M", "triple at one stream's size"),
+        # exploratory, added after M1-M3 (X5): three copies of M1's best stream (scale) under
+        # the same head, the ensemble M2's standard streams are too weak to be
+        Arm(
+            "triple_scale",
+            "fashion_triple_scale",
+            "M",
+            "three scale streams, the same head",
+            points=X_M_POINTS,
+        ),
         # exploratory, added after T3 (X1) and at T6's point after T6 (X3): II-DISCO WS's
         # network trained exactly as `disco` is (mnist_cnn.py's recipe and models.mnist's
         # defaults), so that the pair differs only in the network (Scale-II head, max pooling)
@@ -154,6 +164,8 @@ ARMS = {
     )
 }
 STREAMS = ("std", "e2", "scale")  # the streams triple is compared with
+# The ensembling controls: arm -> the stream arm whose network fills all three slots.
+ENSEMBLES = {"triple_std": "std", "triple_scale": "scale"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +200,8 @@ CLAIMS = (
 # Exploratory comparisons, added after the registered results were read: the same paired
 # statistics, outside Holm's family and without a verdict. X1 and X2 ask whether T3's difference
 # is the network's or the recipes': both networks on DISCO's hyper-parameters (X1), and on
-# II-DISCO WS's (X2). X3 and X4 ask the same of T6.
+# II-DISCO WS's (X2). X3 and X4 ask the same of T6. X5 asks, after M1-M3, whether M2's gain
+# over ensembling survives against an ensemble of M1's best stream, not of standard streams.
 EXPLORATORY = (
     Claim(
         "X1",
@@ -231,6 +244,16 @@ EXPLORATORY = (
         "X2 at T6's point: T6's `ii_ws` runs against DISCO's network on II-DISCO WS's "
         "hyper-parameters, on T6's realisations",
         0.29,
+    ),
+    Claim(
+        "X5",
+        "fashion_mnist",
+        1_000,
+        "triple",
+        "triple_scale",
+        "M2 against the stronger ensemble: do three different invariances beat three copies "
+        "of the best stream (scale, M1) under the same head? On M1-M3's realisations",
+        0.73,
     ),
 )
 
@@ -321,6 +344,7 @@ def config_arg(arm: str, dataset: str) -> str:
 # divided by sqrt(3): about a third of the FLOPs of the full stream).
 PHASE1_EXTRA = {
     "triple_std": (("std", 1.0), ("std", 1.0)),
+    "triple_scale": (("scale", 1.0), ("scale", 1.0)),
     "triple_star": (("std", 1 / 3), ("e2", 1 / 3), ("scale", 1 / 3)),
 }
 
@@ -349,8 +373,9 @@ def arms_of(claim: Claim) -> tuple[str, ...]:
     need = []
     for a in (claim.better, claim.worse):
         need += list(STREAMS) if a == "best_stream" else [a]
-    if "triple_std" in need:
-        need.append("std")  # its first slot is the std arm's run
+    for a, stream in ENSEMBLES.items():
+        if a in need:
+            need.append(stream)  # its first slot is that stream arm's run
     return tuple(dict.fromkeys(need))
 
 
@@ -553,11 +578,19 @@ def _families() -> dict:
         elif a.name in STREAMS:
             out[a.name] = Family(a.config, M_DATASETS, rule=m, variants=rot)
         else:
-            # triple_std's three slots are std streams (seed offsets 0, 1, 2: its first slot
-            # is the std arm's run); every two-phase arm tunes its own head
-            slots = tuple((s, "std") for s, _ in streams) if a.name == "triple_std" else streams
+            # an ensemble's three slots are one stream arm's (seed offsets 0, 1, 2: its first
+            # slot is that arm's run); every two-phase arm tunes its own head
+            copies = ENSEMBLES.get(a.name)
+            slots = tuple((s, copies) for s, _ in streams) if copies else streams
+            datasets = tuple(dict.fromkeys(d for d, _ in a.points)) if a.points else M_DATASETS
             out[a.name] = Family(
-                a.config, M_DATASETS, tune="head", streams=slots, rule=m, variants=rot
+                a.config,
+                datasets,
+                tune="head",
+                streams=slots,
+                rule=m,
+                variants=rot,
+                points=a.points,
             )
     return out
 
