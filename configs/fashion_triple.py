@@ -35,5 +35,15 @@ def two_phase(stream_configs: dict, variant: str = ""):
     )
 
 
+def ensemble(stream_config, variant: str = ""):
+    """The ensembling controls: three copies of one stream (``stream_config(variant)``, seeds
+    offset 0, 1, 2, so the first copy is that stream's own run) under the same head."""
+    slots = ("e2", "scale", "std")
+    config = two_phase({s: stream_config(variant) for s in slots}, variant)
+    for offset, slot in enumerate(slots):
+        config.phase1[slot].seed_offset = offset
+    return config
+
+
 def get_config(variant: str = ""):
     return two_phase(streams(variant), variant)

@@ -13,10 +13,4 @@ from configs import fashion_scale, fashion_triple
 
 
 def get_config(variant: str = ""):
-    slots = ("e2", "scale", "std")
-    config = fashion_triple.two_phase(
-        {s: fashion_scale.get_config(variant) for s in slots}, variant
-    )
-    for offset, slot in enumerate(slots):
-        config.phase1[slot].seed_offset = offset
-    return config
+    return fashion_triple.ensemble(fashion_scale.get_config, variant)

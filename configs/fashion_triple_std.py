@@ -10,8 +10,4 @@ from configs import fashion_std, fashion_triple
 
 
 def get_config(variant: str = ""):
-    slots = ("e2", "scale", "std")
-    config = fashion_triple.two_phase({s: fashion_std.get_config(variant) for s in slots}, variant)
-    for offset, slot in enumerate(slots):
-        config.phase1[slot].seed_offset = offset
-    return config
+    return fashion_triple.ensemble(fashion_std.get_config, variant)
