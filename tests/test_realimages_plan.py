@@ -141,7 +141,7 @@ def test_the_e2_stream_is_exactly_invariant_to_its_datas_symmetry(variant, exact
 
 
 def test_budget_counts_shared_arms_once_and_grows_with_the_data():
-    flops = {a.config: {"train": 1.0, "eval": 0.5} for a in realimages.ARMS.values()}
+    flops = {k: {"train": 1.0, "eval": 0.5} for k in realimages.flops_keys()}
     rows = realimages.budget_rows(flops, cpu_gflops=10.0, gpu_tflops=1.0)
     by_id = {r["claim"]: r for r in rows}
     assert by_id["T1"]["arms"] == ["ii_ws", "disco"]
@@ -153,3 +153,48 @@ def test_budget_counts_shared_arms_once_and_grows_with_the_data():
     assert realimages.epochs_for(10, 100, 64, 1_500) == 1_500  # one step per epoch
     assert realimages.epochs_for(1_000, 100, 64, 1_500) == 100  # 16 steps per epoch
     assert realimages.epochs_for(10, 60, 128, 0) == 60  # the paper's recipe
+
+
+def test_a_two_phase_run_is_priced_part_by_part_at_each_parts_own_rate():
+    """The head trains for the epochs phase 2 gives it (the plan's head_schedule), each
+    private stream for the streams' epochs (the plan's schedule), each at its own network's
+    measured rate: triple_star's narrow streams are networks of their own in the table."""
+    from launch.studies import plan
+
+    keys = realimages.flops_keys()
+    assert {"fashion_std_star", "fashion_e2_star", "fashion_scale_star"} <= set(keys)
+    rates = {k: 100.0 * (i + 1) for i, k in enumerate(keys)}  # images/s, all different
+    flops = {k: {"train": 1.0, "eval": 0.0, "images_per_s": rates[k]} for k in keys}
+    rule = realimages.recipe("M")
+    for n in (100, 1_000, 58_000):
+        streams = plan.schedule(n, rule, 58_000)["num_epochs"]
+        head = plan.head_schedule(n, rule, 58_000)["num_epochs"]
+        assert realimages.run_parts("scale", "fashion_mnist", n) == [("fashion_scale", streams)]
+        assert realimages.run_parts("triple", "fashion_mnist", n) == [("fashion_triple", head)]
+        star = realimages.run_parts("triple_star", "fashion_mnist", n)
+        assert star == [("fashion_triple_star", head)] + [
+            (f"fashion_{s}_star", streams) for s in ("std", "e2", "scale")
+        ]
+        std = realimages.run_parts("triple_std", "fashion_mnist", n)
+        assert std == [("fashion_triple_std", head)] + [("fashion_std", streams)] * 2
+        # with no evaluation cost: epochs x images x GFLOP, and seconds at each part's rate
+        got = realimages.run_gflop("triple_star", "fashion_mnist", n, flops)
+        assert got == pytest.approx(n * (head + 3 * streams))
+        seconds = realimages.run_cpu_seconds("triple_star", "fashion_mnist", n, flops, 1.0)
+        assert seconds == pytest.approx(sum(e * n / rates[k] for k, e in star))
+    # the paper's networks train one program for the family's epochs
+    assert realimages.run_parts("disco", "scaled_mnist_10k", 100) == [("mnist_disco", 60)]
+
+
+def test_the_budget_refuses_a_flops_table_without_a_network_it_prices(tmp_path, capsys):
+    import json
+
+    from launch.studies.__main__ import main
+
+    table = {k: {"train": 1.0, "eval": 1.0} for k in realimages.flops_keys()}
+    del table["fashion_scale_star"]
+    path = tmp_path / "flops.json"
+    path.write_text(json.dumps(table))
+    assert main(["realimages", "power", f"--flops={path}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lacks the networks ['fashion_scale_star']" in err[0]

@@ -339,33 +339,68 @@ def config_arg(arm: str, dataset: str) -> str:
     return f"configs/{a.config}.py{suffix}"
 
 
-# Phase-1 streams a two-phase arm trains besides the single-stream arms' own runs: the ensembling
-# control's second and third standard streams, and the size control's three narrow streams (widths
-# divided by sqrt(3): about a third of the FLOPs of the full stream).
+# Phase-1 streams a two-phase arm trains besides the single-stream arms' own runs, as keys of the
+# ``flops`` table: the ensembling controls' second and third streams, and the size control's
+# three narrow streams (a key ending in STAR: that config with triple_star's width divisor, which
+# the flops command measures as a network of its own: on the CPU such a stream's time does not
+# fall with its FLOPs).
+STAR = "_star"
 PHASE1_EXTRA = {
-    "triple_std": (("std", 1.0), ("std", 1.0)),
-    "triple_scale": (("scale", 1.0), ("scale", 1.0)),
-    "triple_star": (("std", 1 / 3), ("e2", 1 / 3), ("scale", 1 / 3)),
+    "triple_std": ("fashion_std", "fashion_std"),
+    "triple_scale": ("fashion_scale", "fashion_scale"),
+    "triple_star": ("fashion_std" + STAR, "fashion_e2" + STAR, "fashion_scale" + STAR),
 }
+HEAD_EPOCH_DIVISOR = 4  # phase 2 trains the head for the streams' epochs / 4 (plan.head_schedule)
+
+
+def flops_keys() -> list[str]:
+    """Every network the budget prices: each arm's config and each private phase-1 stream."""
+    keys = {a.config for a in ARMS.values()} | {k for ks in PHASE1_EXTRA.values() for k in ks}
+    return sorted(keys)
+
+
+def run_parts(arm: str, dataset: str, n_train: int) -> list[tuple[str, int]]:
+    """The programs one run of ``arm`` trains, as ``(flops key, epochs)``: its own network for
+    the family's epochs (at least its fewest steps) or, for a two-phase arm, its head for
+    1/:data:`HEAD_EPOCH_DIVISOR` of them and its private streams (:data:`PHASE1_EXTRA`) for all
+    of them; triple's own streams are the single-stream arms' runs (same data and seed), trained
+    once and not counted here."""
+    a = ARMS[arm]
+    epochs, batch, _, min_steps = RECIPES[a.family]
+    epochs = epochs_for(n_train, epochs, batch, min_steps)
+    if a.family != "M" or arm in STREAMS:
+        return [(a.config, epochs)]
+    head = max(2, math.ceil(epochs / HEAD_EPOCH_DIVISOR))
+    return [(a.config, head)] + [(k, epochs) for k in PHASE1_EXTRA.get(arm, ())]
+
+
+def part_gflop(key: str, epochs: int, family: str, dataset: str, n_train: int, flops) -> float:
+    """GFLOP of one program: ``epochs`` of training on ``n_train`` images, validation every
+    ``eval_every`` epochs and one pass over the test set, at ``flops[key]``'s measured ``train``
+    and ``eval`` GFLOP per image (``flops`` command)."""
+    every = RECIPES[family][2]
+    f = flops[key]
+    n_val = N_VAL.get(dataset, N_VAL_DEFAULT)
+    evals = epochs // min(every, epochs) + 1
+    return epochs * n_train * f["train"] + (evals * n_val + DATASETS[dataset].n_test) * f["eval"]
 
 
 def run_gflop(arm: str, dataset: str, n_train: int, flops: dict) -> float:
-    """GFLOP of one run: training (at least the family's fewest steps), validation every
-    ``eval_every`` epochs and one pass over the test set. ``flops[config]`` holds the measured
-    ``train`` and ``eval`` GFLOP per image (``flops`` command). A two-phase network counts its
-    head and the streams of :data:`PHASE1_EXTRA`; triple's own streams are the single-stream
-    arms' runs (same data and seed), trained once."""
+    """GFLOP of one run: the sum over :func:`run_parts` of :func:`part_gflop`."""
     fam = ARMS[arm].family
-    epochs, batch, every, min_steps = RECIPES[fam]
-    epochs = epochs_for(n_train, epochs, batch, min_steps)
-    f = flops[ARMS[arm].config]
-    d = DATASETS[dataset]
-    n_val = N_VAL.get(dataset, N_VAL_DEFAULT)
-    evals = epochs // every + 1
-    total = epochs * n_train * f["train"] + (evals * n_val + d.n_test) * f["eval"]
-    for stream, share in PHASE1_EXTRA.get(arm, ()):
-        total += share * run_gflop(stream, dataset, n_train, flops)
-    return total
+    return sum(
+        part_gflop(k, e, fam, dataset, n_train, flops) for k, e in run_parts(arm, dataset, n_train)
+    )
+
+
+def run_cpu_seconds(arm: str, dataset: str, n_train: int, flops: dict, default: float) -> float:
+    """CPU seconds of one run: each part of :func:`run_parts` at its own network's rate
+    (:func:`cpu_rate`), so that a head's fast step does not price the streams it trains."""
+    fam = ARMS[arm].family
+    return sum(
+        part_gflop(k, e, fam, dataset, n_train, flops) / cpu_rate(flops, k, default)
+        for k, e in run_parts(arm, dataset, n_train)
+    )
 
 
 def arms_of(claim: Claim) -> tuple[str, ...]:
@@ -379,24 +414,25 @@ def arms_of(claim: Claim) -> tuple[str, ...]:
     return tuple(dict.fromkeys(need))
 
 
-def cpu_rate(flops: dict, config: str, default: float) -> float:
-    """GFLOP/s of ``config``'s training on this machine: measured if the table has it."""
-    f = flops[config]
+def cpu_rate(flops: dict, key: str, default: float) -> float:
+    """GFLOP/s of ``key``'s training on this machine: measured if the table has it."""
+    f = flops[key]
     return f["train"] * f["images_per_s"] if f.get("images_per_s") else default
 
 
 def budget_rows(flops: dict, cpu_gflops: float, gpu_tflops: float) -> list[dict]:
     """Per claim: the runs it adds (arms already trained for an earlier claim at the same
     dataset and N_t are not counted again), their GFLOP, and hours at the given rates. Where
-    ``flops[config]`` holds a measured ``images_per_s`` (training on this machine), the CPU
-    rate of that config is its measured GFLOP/s instead of ``cpu_gflops``."""
+    ``flops[key]`` holds a measured ``images_per_s`` (training on this machine), the CPU rate
+    of that network is its measured GFLOP/s instead of ``cpu_gflops``."""
     seen, rows = set(), []
     for c in CLAIMS:
         new = [a for a in arms_of(c) if (a, c.dataset, c.n_train) not in seen]
         seen |= {(a, c.dataset, c.n_train) for a in new}
-        per_arm = {a: REALISATIONS * run_gflop(a, c.dataset, c.n_train, flops) for a in new}
-        g = sum(per_arm.values())
-        cpu_s = sum(v / cpu_rate(flops, ARMS[a].config, cpu_gflops) for a, v in per_arm.items())
+        g = REALISATIONS * sum(run_gflop(a, c.dataset, c.n_train, flops) for a in new)
+        cpu_s = REALISATIONS * sum(
+            run_cpu_seconds(a, c.dataset, c.n_train, flops, cpu_gflops) for a in new
+        )
         rows.append(
             {
                 "claim": c.id,
@@ -434,7 +470,8 @@ def _budget_markdown(rows: list[dict], cpu_gflops: float, gpu_tflops: float) -> 
 
 def measure_flops(configs: list[str], time_steps: int = 0, batch: int = 32) -> dict:
     """Parameters and XLA's count of GFLOP per image of one training step (forward, backward)
-    and of one evaluation forward, for each config (compiled for a batch of 8); with
+    and of one evaluation forward, for each config (a name ending in :data:`STAR`: that
+    config's network as ``triple_star`` narrows it; compiled for a batch of 8); with
     ``time_steps`` also this machine's images/s of the training step at ``batch`` (the median of
     that many steps after one warm-up step)."""
     import importlib.util
@@ -446,12 +483,21 @@ def measure_flops(configs: list[str], time_steps: int = 0, batch: int = 32) -> d
 
     from invjax import models
 
-    out = {}
-    for name in configs:
+    def load(name):
         spec = importlib.util.spec_from_file_location(name, f"configs/{name}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        net = models.build(module.get_config().model)
+        return module.get_config()
+
+    out = {}
+    for name in configs:
+        if name.endswith(STAR):  # a stream as triple_star narrows it
+            model = load(name.removesuffix(STAR)).model
+            star = load(ARMS["triple_star"].config).model.streams
+            model.width_divisor = star[model.family].width_divisor
+        else:
+            model = load(name).model
+        net = models.build(model)
         x = jnp.zeros((8, 28, 28, 1), jnp.float32)
         rngs = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}
         variables = net.init(rngs, x, train=False)
@@ -688,9 +734,8 @@ def command(args) -> int:
         where = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(where):
             raise ValueError(f"--out={args.out} is invalid: no directory {where}")
-        configs = sorted({a.config for a in ARMS.values()})
         try:
-            result = measure_flops(configs, args.time_steps, args.batch)
+            result = measure_flops(flops_keys(), args.time_steps, args.batch)
         except ValueError as e:  # while measuring: a failure, not a refusal
             raise RuntimeError(str(e)) from e
         with open(args.out, "w") as fh:
@@ -712,9 +757,12 @@ def command(args) -> int:
             raise ValueError(
                 f"--flops={args.flops} is invalid: cannot read a JSON of GFLOP per image ({e})"
             ) from None
-        missing = sorted({a.config for a in ARMS.values()} - set(flops))
+        missing = sorted(set(flops_keys()) - set(flops))
         if missing:
-            raise ValueError(f"--flops={args.flops} is invalid: it lacks the configs {missing}")
+            raise ValueError(
+                f"--flops={args.flops} is invalid: it lacks the networks {missing} (the flops "
+                "command measures them all)"
+            )
         budget = budget_rows(flops, args.cpu_gflops, args.gpu_tflops)
     rows = power_rows(args.realisations)
     if args.json:
