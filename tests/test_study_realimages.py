@@ -578,3 +578,21 @@ def test_a_study_commit_takes_only_the_paths_it_names(tmp_path, git_repo):
     assert git("status", "--porcelain").stdout.split() == ["M", "README.md"]
     assert git("show", "HEAD:figure.png").stdout == "redrawn"
     assert not study_run.commit([str(figure)], "nothing changed")  # no empty commits
+
+
+def test_the_figures_set_the_arms_of_one_n_t_side_by_side_with_their_spread(tmp_path):
+    """At one N_t a band has no width: the real-image figures draw each arm's mean ± std as an
+    error bar, the arms moved symmetrically about the N_t (the middle one stays on it)."""
+    from launch.studies import plots
+
+    xs = [plots.dodged([1_000], k, 3, 0.012)[0] for k in range(3)]
+    assert xs[1] == 1_000 and xs[0] < 1_000 < xs[2]
+    assert xs[2] / xs[1] == pytest.approx(xs[1] / xs[0]) and xs[2] / xs[1] == pytest.approx(
+        10**0.012
+    )
+    errors = {
+        ("fashion_mnist", f, 1_000): {s: {"test_error": 15.0 + k + 0.5 * s} for s in range(3)}
+        for k, f in enumerate(("std", "e2", "scale"))
+    }
+    (path,) = plots.plot_errors(errors, str(tmp_path), ("std", "e2", "scale"), errorbars=True)
+    assert path.endswith("error_vs_n_train_fashion_mnist.png") and os.path.getsize(path) > 0

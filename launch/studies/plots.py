@@ -24,6 +24,12 @@ def plt():
     return matplotlib.pyplot
 
 
+def dodged(x: Sequence[float], k: int, count: int, dodge: float) -> list[float]:
+    """``x`` of the k-th of ``count`` curves moved by ``(k - (count - 1) / 2) * dodge`` decades:
+    the curves' points at one N_t side by side, symmetric about it."""
+    return [n * 10 ** ((k - (count - 1) / 2) * dodge) for n in x]
+
+
 def error_figure(
     curves: Sequence[tuple],
     path: str,
@@ -36,24 +42,28 @@ def error_figure(
     legend_fontsize: int,
     marker_size: float | None = None,
     percent_ticks: bool = False,
+    errorbars: bool = False,
+    dodge: float = 0.0,
 ) -> str:
     """Write ``path``: one line per ``(family, x, mean, std, style, index)`` of ``curves``
     (``x`` the N_t, ``mean``/``std`` in percent, means already clipped to the log axis), its
     band ``[max(mean - std, 0.1), mean + std]``; ``index`` picks its colour of tab20 and its
-    marker. ``percent_ticks``: ``%``-labelled y ticks and one x tick per N_t."""
+    marker. ``percent_ticks``: ``%``-labelled y ticks and one x tick per N_t. ``errorbars``:
+    the same interval as an error bar at each point too (a band has no width where a family
+    has one N_t). ``dodge``: the curves' points at one N_t side by side (:func:`dodged`; the
+    ticks stay at the N_t)."""
     pyplot = plt()
     fig, ax = pyplot.subplots(figsize=figsize)
     colours = pyplot.get_cmap("tab20").colors  # 13 families: the default 10 colours repeat
-    for family, x, m, s, style, i in curves:
+    for k, (family, x, m, s, style, i) in enumerate(curves):
         c = colours[i % 20]
+        x = dodged(x, k, len(curves), dodge)
+        low = [max(a - b, 0.1) for a, b in zip(m, s)]
         ax.plot(x, m, style, marker="os^vD"[i % 5], color=c, label=family, ms=marker_size)
-        ax.fill_between(
-            x,
-            [max(a - b, 0.1) for a, b in zip(m, s)],
-            [a + b for a, b in zip(m, s)],
-            color=c,
-            alpha=band_alpha,
-        )
+        ax.fill_between(x, low, [a + b for a, b in zip(m, s)], color=c, alpha=band_alpha)
+        if errorbars:
+            err = [[a - lo for a, lo in zip(m, low)], list(s)]
+            ax.errorbar(x, m, yerr=err, fmt="none", ecolor=c, elinewidth=1, capsize=2)
     ax.set_xscale("log")
     ax.set_yscale("log")
     if percent_ticks:
@@ -79,10 +89,16 @@ def error_figure(
 
 
 def plot_errors(
-    errors: dict, out: str, families: Sequence[str], controls: Sequence[str] = ()
+    errors: dict,
+    out: str,
+    families: Sequence[str],
+    controls: Sequence[str] = (),
+    *,
+    errorbars: bool = False,
 ) -> list[str]:
     """``error_vs_n_train_<dataset>.png``: test error vs N_t (log-log), mean ± std per family;
-    controls dotted, anchors dashed."""
+    controls dotted, anchors dashed. ``errorbars``: also as error bars, the families' points
+    side by side at each N_t and the axes labelled in plain numbers (``error_figure``)."""
     written = []
     for dataset in sorted({d for d, _, _ in errors}):
         lines = []
@@ -112,6 +128,9 @@ def plot_errors(
                 band_alpha=0.12,
                 legend_fontsize=6,
                 marker_size=4,
+                percent_ticks=errorbars,
+                errorbars=errorbars,
+                dodge=0.012 if errorbars else 0.0,
             )
         )
     return written

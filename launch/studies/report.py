@@ -623,7 +623,7 @@ def write_registered_report(
     os.makedirs(out, exist_ok=True)
     written = []
     if figures:
-        written += plots.plot_errors(errors, out, tuple(study.families))
+        written += plots.plot_errors(errors, out, tuple(study.families), errorbars=True)
     written.append(_write(os.path.join(out, "results.md"), "\n".join(text)))
     written.append(_write(os.path.join(out, "claims.json"), json.dumps(recs, indent=1)))
     if explore:
