@@ -144,19 +144,35 @@ def test_two_phase_arms_reuse_the_single_stream_arms_runs(tmp_path):
     assert reused["triple_star"] == {}  # narrow streams: its own
 
 
-def test_the_stronger_ensemble_runs_only_at_m1s_point_with_three_scale_streams(tmp_path):
-    """X5's arm (three scale streams, seed offsets 0, 1, 2, under triple's head) is planned at
-    Fashion-MNIST's N_t = 1,000 alone, ten realisations, and tunes only there."""
-    at_m1 = [r for r in _main_runs("fashion_mnist", 1_000, tmp_path) if "triple_scale" in r.workdir]
-    assert sorted(r.overrides["seed"] for r in at_m1) == list(range(10))
-    assert all("--config=configs/fashion_triple_scale.py " in r.command() + " " for r in at_m1)
-    for dataset, n in (("fashion_mnist", 10_000), ("rotscaled_fashion_mnist", 1_000)):
-        assert not [r for r in _main_runs(dataset, n, tmp_path) if "triple_scale" in r.workdir]
-    assert STUDY.families["triple_scale"].datasets == ("fashion_mnist",)
-    config = sweep.load_config("fashion_triple_scale", {})
-    scale = sweep.load_config("fashion_scale", {})
+@pytest.mark.parametrize(
+    "arm, stream, dataset, other",
+    [
+        ("triple_scale", "scale", "fashion_mnist", "rotscaled_fashion_mnist"),
+        ("triple_e2", "e2", "rotscaled_fashion_mnist", "fashion_mnist"),
+    ],
+)
+def test_the_stronger_ensembles_run_only_at_their_point_with_three_copies_of_one_stream(
+    arm, stream, dataset, other, tmp_path
+):
+    """X5's and X6's arms (three copies of one stream, seed offsets 0, 1, 2, under triple's
+    head; the first copy is that stream arm's own run) are planned at their dataset's N_t =
+    1,000 alone, ten realisations, and tune only there."""
+    runs = _main_runs(dataset, 1_000, tmp_path)
+    mine = [r for r in runs if _family_of(r) == arm]
+    assert sorted(r.overrides["seed"] for r in mine) == list(range(10))
+    variant = ":rot" if dataset.startswith("rotscaled") else ""
+    assert all(f"--config=configs/fashion_{arm}.py{variant} " in r.command() + " " for r in mine)
+    own = {r.overrides["seed"]: r.workdir for r in runs if _family_of(r) == stream}
+    for r in mine:
+        reused = {k: v for k, v in r.overrides.items() if k.endswith(".workdir")}
+        assert reused == {"phase1.e2.workdir": own[r.overrides["seed"]]}, reused
+    for d, n in ((dataset, 10_000), (other, 1_000)):
+        assert not [r for r in _main_runs(d, n, tmp_path) if _family_of(r) == arm]
+    assert STUDY.families[arm].datasets == (dataset,)
+    config = sweep.load_config(f"fashion_{arm}", {})
+    single = sweep.load_config(f"fashion_{stream}", {})
     for offset, slot in enumerate(("e2", "scale", "std")):
-        assert config.model.streams[slot] == scale.model, slot
+        assert config.model.streams[slot] == single.model, slot
         assert config.phase1[slot].seed_offset == offset
 
 
@@ -350,7 +366,7 @@ def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_p
     rows = base + x1
     errors = plan.main_errors(STUDY, rows, STUDY.main_rule)
     x, *others = report.exploratory_claims(STUDY, errors, 10)
-    assert [o["claim"] for o in others] == ["X2", "X3", "X4", "X5"]
+    assert [o["claim"] for o in others] == ["X2", "X3", "X4", "X5", "X6"]
     assert {o["verdict"] for o in others} == {"pending: 0 of 10 realisations"}
     diff = (9.0 + NOISE[3] * 20) - (10.0 + NOISE[4] * 20)
     assert x["claim"] == "X1" and x["diff_mean"] == pytest.approx(diff.mean())
@@ -371,6 +387,7 @@ def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_p
         "X3",
         "X4",
         "X5",
+        "X6",
     ]
     # pending until all ten realisations of both arms are in
     errors = plan.main_errors(STUDY, base + x1[:9], STUDY.main_rule)
@@ -446,9 +463,9 @@ def test_an_empty_record_gives_a_report_that_says_so(tmp_path, capsys):
     text = (tmp_path / "results.md").read_text()
     assert "No run has landed in the record yet" in text
     assert "0 of 12 tested" in text
-    # T1-T6, M2, M5 and the exploratory X1-X5 lack runs; M1, M3, M4 and M6 wait for
+    # T1-T6, M2, M5 and the exploratory X1-X6 lack runs; M1, M3, M4 and M6 wait for
     # their streams' validation errors
-    assert text.count("pending: 0 of 10 realisations") == 13
+    assert text.count("pending: 0 of 10 realisations") == 14
     assert text.count("pending: the streams' validation errors are not all in") == 4
 
 

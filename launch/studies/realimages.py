@@ -112,9 +112,9 @@ def recipe_overrides(arm: Arm) -> dict:
     return {k: config[k.split(".")[0]][k.split(".")[1]] for k in RECIPE_KEYS}
 
 
-# Where the exploratory arms run: T3's point and T6's; M1-M3's for the stronger ensemble.
+# Where the exploratory arms run: T3's point and T6's; M1-M3's and M4-M6's for the stronger
+# ensembles.
 X_POINTS = (("scaled_mnist_10k", 100), ("scaled_fashion_mnist", 1_000))
-X_M_POINTS = (("fashion_mnist", 1_000),)
 
 ARMS = {
     a.name: a
@@ -131,13 +131,22 @@ ARMS = {
         Arm("triple_std", "fashion_triple_std", "M", "three standard streams, the same head"),
         Arm("triple_star", "fashion_triple_star", "M", "triple at one stream's size"),
         # exploratory, added after M1-M3 (X5): three copies of M1's best stream (scale) under
-        # the same head, the ensemble M2's standard streams are too weak to be
+        # the same head, the ensemble M2's standard streams are too weak to be; and (X6) three
+        # copies of the rotated data's best stream in the tuning (e2), before any of M4-M6's
+        # multi-stream runs
         Arm(
             "triple_scale",
             "fashion_triple_scale",
             "M",
             "three scale streams, the same head",
-            points=X_M_POINTS,
+            points=(("fashion_mnist", 1_000),),
+        ),
+        Arm(
+            "triple_e2",
+            "fashion_triple_e2",
+            "M",
+            "three E(2) streams, the same head",
+            points=(("rotscaled_fashion_mnist", 1_000),),
         ),
         # exploratory, added after T3 (X1) and at T6's point after T6 (X3): II-DISCO WS's
         # network trained exactly as `disco` is (mnist_cnn.py's recipe and models.mnist's
@@ -165,7 +174,7 @@ ARMS = {
 }
 STREAMS = ("std", "e2", "scale")  # the streams triple is compared with
 # The ensembling controls: arm -> the stream arm whose network fills all three slots.
-ENSEMBLES = {"triple_std": "std", "triple_scale": "scale"}
+ENSEMBLES = {"triple_std": "std", "triple_scale": "scale", "triple_e2": "e2"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +210,8 @@ CLAIMS = (
 # statistics, outside Holm's family and without a verdict. X1 and X2 ask whether T3's difference
 # is the network's or the recipes': both networks on DISCO's hyper-parameters (X1), and on
 # II-DISCO WS's (X2). X3 and X4 ask the same of T6. X5 asks, after M1-M3, whether M2's gain
-# over ensembling survives against an ensemble of M1's best stream, not of standard streams.
+# over ensembling survives against an ensemble of M1's best stream, not of standard streams; X6
+# asks the same on the rotated data (its tuning's best stream, e2), before M4-M6's heads ran.
 EXPLORATORY = (
     Claim(
         "X1",
@@ -254,6 +264,17 @@ EXPLORATORY = (
         "M2 against the stronger ensemble: do three different invariances beat three copies "
         "of the best stream (scale, M1) under the same head? On M1-M3's realisations",
         0.73,
+    ),
+    Claim(
+        "X6",
+        "rotscaled_fashion_mnist",
+        1_000,
+        "triple",
+        "triple_e2",
+        "M5 against the stronger ensemble on the rotated data: do three different invariances "
+        "beat three copies of its tuning's best stream (e2) under the same head? On M4-M6's "
+        "realisations",
+        0.8,
     ),
 )
 
@@ -348,6 +369,7 @@ STAR = "_star"
 PHASE1_EXTRA = {
     "triple_std": ("fashion_std", "fashion_std"),
     "triple_scale": ("fashion_scale", "fashion_scale"),
+    "triple_e2": ("fashion_e2", "fashion_e2"),
     "triple_star": ("fashion_std" + STAR, "fashion_e2" + STAR, "fashion_scale" + STAR),
 }
 HEAD_EPOCH_DIVISOR = 4  # phase 2 trains the head for the streams' epochs / 4 (plan.head_schedule)
