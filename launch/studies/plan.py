@@ -207,10 +207,15 @@ def schedule(n_train: int, rule: Rule, n_all: int, factor: float = 1.0) -> dict:
     }
 
 
+def head_epochs(stream_epochs: int) -> int:
+    """Phase 2's epochs: the streams' / 4 (the paper), at least 2."""
+    return max(2, math.ceil(stream_epochs / 4))
+
+
 def head_schedule(n_train: int, rule: Rule, n_all: int) -> dict:
-    """Phase 2 of the two-phase networks: the head's epochs are the streams' / 4 (the paper)."""
+    """Phase 2 of the two-phase networks: :func:`head_epochs` of the streams' epochs."""
     s = schedule(n_train, rule, n_all)
-    epochs = max(2, math.ceil(s["num_epochs"] / 4))
+    epochs = head_epochs(s["num_epochs"])
     return s | {
         "num_epochs": epochs,
         "lr_boundaries": boundaries(epochs, rule),

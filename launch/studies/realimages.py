@@ -95,6 +95,12 @@ class Arm:
     recipe_from: str | None = None
     points: tuple[tuple[str, int], ...] | None = None
 
+    def datasets(self, family_datasets: tuple[str, ...]) -> tuple[str, ...]:
+        """Where it runs: its points' datasets, else all of ``family_datasets``."""
+        if self.points is None:
+            return family_datasets
+        return tuple(dict.fromkeys(d for d, _ in self.points))
+
 
 # What "a recipe" is when an exploratory arm takes another arm's: the values in which the
 # Table 2 configs differ (batch, epochs, schedule, optimiser and augmentation are shared).
@@ -367,12 +373,9 @@ def config_arg(arm: str, dataset: str) -> str:
 # fall with its FLOPs).
 STAR = "_star"
 PHASE1_EXTRA = {
-    "triple_std": ("fashion_std", "fashion_std"),
-    "triple_scale": ("fashion_scale", "fashion_scale"),
-    "triple_e2": ("fashion_e2", "fashion_e2"),
-    "triple_star": ("fashion_std" + STAR, "fashion_e2" + STAR, "fashion_scale" + STAR),
+    **{arm: (ARMS[s].config,) * 2 for arm, s in ENSEMBLES.items()},
+    "triple_star": tuple(ARMS[s].config + STAR for s in STREAMS),
 }
-HEAD_EPOCH_DIVISOR = 4  # phase 2 trains the head for the streams' epochs / 4 (plan.head_schedule)
 
 
 def flops_keys() -> list[str]:
@@ -384,16 +387,17 @@ def flops_keys() -> list[str]:
 def run_parts(arm: str, dataset: str, n_train: int) -> list[tuple[str, int]]:
     """The programs one run of ``arm`` trains, as ``(flops key, epochs)``: its own network for
     the family's epochs (at least its fewest steps) or, for a two-phase arm, its head for
-    1/:data:`HEAD_EPOCH_DIVISOR` of them and its private streams (:data:`PHASE1_EXTRA`) for all
-    of them; triple's own streams are the single-stream arms' runs (same data and seed), trained
+    phase 2's share of them (:func:`launch.studies.plan.head_epochs`) and its private streams
+    (:data:`PHASE1_EXTRA`) for all of them; triple's own streams are the single-stream arms' runs (same data and seed), trained
     once and not counted here."""
     a = ARMS[arm]
     epochs, batch, _, min_steps = RECIPES[a.family]
     epochs = epochs_for(n_train, epochs, batch, min_steps)
     if a.family != "M" or arm in STREAMS:
         return [(a.config, epochs)]
-    head = max(2, math.ceil(epochs / HEAD_EPOCH_DIVISOR))
-    return [(a.config, head)] + [(k, epochs) for k in PHASE1_EXTRA.get(arm, ())]
+    from launch.studies.plan import head_epochs
+
+    return [(a.config, head_epochs(epochs))] + [(k, epochs) for k in PHASE1_EXTRA.get(arm, ())]
 
 
 def part_gflop(key: str, epochs: int, family: str, dataset: str, n_train: int, flops) -> float:
@@ -515,8 +519,8 @@ def measure_flops(configs: list[str], time_steps: int = 0, batch: int = 32) -> d
     for name in configs:
         if name.endswith(STAR):  # a stream as triple_star narrows it
             model = load(name.removesuffix(STAR)).model
-            star = load(ARMS["triple_star"].config).model.streams
-            model.width_divisor = star[model.family].width_divisor
+            star = load(ARMS["triple_star"].config).model.streams.values()
+            model.width_divisor = next(s.width_divisor for s in star if s.family == model.family)
         else:
             model = load(name).model
         net = models.build(model)
@@ -634,10 +638,9 @@ def _families() -> dict:
     for a in ARMS.values():
         if a.family == "T":
             # the paper's and the peers' published hyper-parameters: the configs' own
-            datasets = tuple(dict.fromkeys(d for d, _ in a.points)) if a.points else T_DATASETS
             out[a.name] = Family(
                 a.config,
-                datasets,
+                a.datasets(T_DATASETS),
                 overrides=recipe_overrides(a),
                 tune="none",
                 rule=t,
@@ -650,10 +653,9 @@ def _families() -> dict:
             # slot is that arm's run); every two-phase arm tunes its own head
             copies = ENSEMBLES.get(a.name)
             slots = tuple((s, copies) for s, _ in streams) if copies else streams
-            datasets = tuple(dict.fromkeys(d for d, _ in a.points)) if a.points else M_DATASETS
             out[a.name] = Family(
                 a.config,
-                datasets,
+                a.datasets(M_DATASETS),
                 tune="head",
                 streams=slots,
                 rule=m,
