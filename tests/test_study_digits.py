@@ -636,7 +636,8 @@ def test_each_comparison_names_the_devices_that_trained_both_sides(tmp_path):
         elsewhere = f"/scratch/main/runs/main/scaled_digits/e2_ii/n20/seed_{seed}"
         phase1 = {"e2": {"workdir": elsewhere}, "scale": {"workdir": "/x/streams/scale"}}
         dual = mirror / "dual" / "n20" / f"seed_{seed}"
-        _fake_run(dual, 28.0 + seed, device_kind="cpu", phase1=phase1)
+        times = {"wall_time_s": 50.0, "phase2_wall_time_s": 5.0}  # the head's 5 s of 50
+        _fake_run(dual, 28.0 + seed, device_kind="cpu", phase1=phase1, **times)
         _fake_run(dual / "streams" / "scale", 31.0, device_kind="NVIDIA H200")
     out = tmp_path / "main" / "out"
     rows = _report(runs_dir, out)
@@ -654,6 +655,9 @@ def test_each_comparison_names_the_devices_that_trained_both_sides(tmp_path):
         "device": "NVIDIA H200",
         "run": "streams/scale",
     }
+    assert (dual["wall_time_s"], dual["phase2_wall_time_s"]) == (50.0, 5.0)
+    e2 = next(r for r in rows if r["family"] == "e2_ii")
+    assert "phase2_wall_time_s" not in e2  # a single-stream row: one phase, one time
     assert len(rows) == 12  # the streams inside a run are part of its row, not rows
 
 
@@ -831,7 +835,8 @@ def test_run_trains_what_the_record_lacks_lands_it_and_rewrites_the_report(tmp_p
     assert len(record.read(str(rec))) == 8  # six tuning rows and the two main runs
     assert main(["digits", "status", *argv]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]
+    assert lines[-3].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]
+    assert lines[-1] == "two-phase runs whose frozen streams are not the record's runs: 0"
 
 
 def test_run_stops_rewriting_the_report_once_the_study_code_changes(

@@ -357,6 +357,38 @@ def test_verdicts_follow_from_the_statistics_with_holm_over_the_twelve():
     assert c["M4"]["verdict"].startswith("pending: the streams")
 
 
+def _froze(rows, dataset, family, streams):
+    """``rows`` with every ``family`` run's phase 1 reusing that seed's runs of ``streams``, as
+    a two-phase row records them (the errors the head read, and the reused run's path)."""
+    by_run = {r["run"]: r for r in rows}
+    for r in rows:
+        if (r["dataset"], r["family"]) != (dataset, family):
+            continue
+        r["phase1"] = {}
+        for s in streams:
+            run = r["run"].replace(f"/{family}/", f"/{s}/")
+            r["phase1"][s] = {k: by_run[run][k] for k in report.PHASE1_KEYS} | {"run": run}
+    return rows
+
+
+def test_a_head_on_streams_other_than_the_records_runs_is_not_tested():
+    """A two-phase run whose phase 1 reused a recorded stream run keeps the errors it read: if
+    the stream was trained again (a fresh machine) and came out different, the head is not on
+    the runs its claim compares it with, and the claim is not tested, naming the run."""
+    f = "fashion_mnist"
+    rows = _froze(_record(), f, "triple", ["e2", "scale", "std"])
+    assert _claims(rows)["M1"]["verdict"] == "supported"  # the same streams: tested as before
+    assert _claims(rows)["M1"]["stream_mismatches"] == []
+    moved = next(r for r in rows if r["family"] == "triple" and r["seed"] == 3)
+    moved["phase1"]["scale"]["test_error"] += 0.01
+    c = _claims(rows)
+    for k in ("M1", "M2"):  # both compare the triple runs
+        assert c[k]["verdict"].startswith("not tested: 1 head(s) froze streams")
+        assert c[k]["stream_mismatches"] == [f"main/{f}/triple/n1000/seed_3 (scale)"]
+        assert math.isnan(c[k]["p_holm"])
+    assert c["T1"]["verdict"] == "supported"  # the other claims are untouched
+
+
 def test_an_exploratory_comparison_has_its_statistics_outside_holms_family(tmp_path):
     """X1 is computed as a claim is, but adds nothing to the registered family: the twelve
     claims' Holm p are those of the record without X1's arm, and X1 has no verdict."""

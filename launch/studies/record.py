@@ -14,9 +14,10 @@ rule read from it:
 * ``convergence``: :func:`launch.studies.stats.convergence` of the run's full per-epoch training
   losses (``converged``, ``drop``, ``final_loss``, the window means ``before`` / ``last``);
 * ``device`` (the accelerator's name, ``cpu``), ``trained_on`` (short names of every device that
-  trained it, a two-phase network's streams included), ``wall_time_s``; a two-phase network's
-  ``phase1`` (per slot its stream's errors, epochs, device and ``run``: the reused run's path,
-  or ``streams/<slot>`` inside its own directory);
+  trained it, a two-phase network's streams included), ``wall_time_s`` (a two-phase network's
+  adds its streams' own, reused or not); a two-phase network's ``phase2_wall_time_s`` (the
+  head's alone) and ``phase1`` (per slot its stream's errors, epochs, device and ``run``: the
+  reused run's path, or ``streams/<slot>`` inside its own directory);
 * ``curve``: the training loss and the held-out / validation error against the epoch, thinned to
   at most :data:`CURVE_POINTS` epochs and 4 significant digits, for the convergence figures.
 
@@ -266,6 +267,8 @@ def row(run: str, run_dir: str, runs_root: str, known: dict | None = None) -> di
     out["trained_on"] = sorted(devices)
     out["wall_time_s"] = r.get("wall_time_s")
     if phase1:
+        # the head's own time: wall_time_s adds every stream's, trained by this command or reused
+        out["phase2_wall_time_s"] = r.get("phase2_wall_time_s")
         out["phase1"] = phase1
     out["curve"] = thin(full)
     return validate(out)

@@ -399,6 +399,24 @@ def _devices(rows) -> list[str]:
     return sorted({d for r in rows for d in (r.get("trained_on") or ["?"])})
 
 
+PHASE1_KEYS = ("test_error", "val_error")  # what a two-phase row keeps of each stream it froze
+
+
+def stream_mismatches(rows: Sequence[dict], by_run: dict) -> list[str]:
+    """``RUN (SLOT)`` for every stream of a two-phase row in ``rows`` whose phase 1 reused a run
+    of the record (``by_run``: run path -> row) but froze other weights than that run's row
+    reports: its errors as the head read them differ from the row's (the stream was trained
+    again, on a fresh machine say, and did not reproduce). Such a head was not built on the
+    stream runs the claim compares it with."""
+    out = []
+    for r in rows:
+        for slot, p1 in sorted((r.get("phase1") or {}).items()):
+            other = by_run.get(p1.get("run"))
+            if other is not None and any(p1.get(k) != other.get(k) for k in PHASE1_KEYS):
+                out.append(f"{r['run']} ({slot})")
+    return out
+
+
 def _side(rs: dict) -> dict:
     params = sorted({r.get("params") for r in rs.values() if r.get("params") is not None})
     bad = sum(r.get("convergence", {}).get("converged") is False for r in rs.values())
@@ -476,6 +494,14 @@ def _claim_record(study: Study, errors: dict, need: int, c, first: float) -> dic
         why = f"pending: {n} of {need} realisations"
     if why is None and (len(devices) != 1 or "?" in devices):
         why = f"not tested: trained on {' and '.join(devices)} (rerun on one kind)"
+    by_run = {r["run"]: r for rs in errors.values() for r in rs.values()}
+    moved = stream_mismatches([*a.values(), *b.values()], by_run)
+    rec["stream_mismatches"] = moved
+    if why is None and moved:
+        why = (
+            f"not tested: {len(moved)} head(s) froze streams other than the record's runs "
+            f"({moved[0]}{', ...' if len(moved) > 1 else ''}; rerun those streams)"
+        )
     rec["status"] = why or "tested"
     return rec
 
@@ -565,7 +591,8 @@ def write_registered_report(
         f"first level alpha / {m} = {first:.5f} (an inconclusive claim rules out effects of "
         "that size, not smaller ones). Best stream: the stream with the lowest mean "
         "validation error. A claim whose runs trained on more than one kind of device is "
-        "not tested.",
+        "not tested, nor one with a head whose frozen streams are not the stream runs of "
+        "the record (their errors as the head read them differ from the rows').",
         "",
         f"{tested} of {m} tested: {counts['supported']} supported, "
         f"{counts['contradicted']} contradicted.",

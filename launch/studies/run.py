@@ -380,6 +380,11 @@ def status(study: Study, opts: Options) -> int:
     judged = [r for rs in errors.values() for r in rs.values()]
     bad = sum(r["convergence"].get("converged") is False for r in judged)
     print(f"main runs under the rule: {len(judged)} in the record, {bad} unconverged")
+    moved = report.stream_mismatches(judged, {r["run"]: r for r in judged})
+    print(
+        f"two-phase runs whose frozen streams are not the record's runs: {len(moved)}"
+        + (f" ({', '.join(moved[:3])}{', ...' if len(moved) > 3 else ''})" if moved else "")
+    )
     return 0
 
 
