@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from launch.studies import power, realimages
+from launch.studies import realimages_cost as cost
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -141,14 +142,14 @@ def test_the_e2_stream_is_exactly_invariant_to_its_datas_symmetry(variant, exact
 
 
 def test_budget_counts_shared_arms_once_and_grows_with_the_data():
-    flops = {k: {"train": 1.0, "eval": 0.5} for k in realimages.flops_keys()}
-    rows = realimages.budget_rows(flops, cpu_gflops=10.0, gpu_tflops=1.0)
+    flops = {k: {"train": 1.0, "eval": 0.5} for k in cost.flops_keys()}
+    rows = cost.budget_rows(flops, cpu_gflops=10.0, gpu_tflops=1.0)
     by_id = {r["claim"]: r for r in rows}
     assert by_id["T1"]["arms"] == ["ii_ws", "disco"]
     assert by_id["T2"]["arms"] == ["ii_mono"]  # disco at 5k is T1's
     assert by_id["M2"]["arms"] == ["triple_std"]  # triple and the streams are M1's
-    small = realimages.run_gflop("disco", "scaled_mnist_10k", 100, flops)
-    large = realimages.run_gflop("disco", "scaled_mnist_10k", 5_000, flops)
+    small = cost.run_gflop("disco", "scaled_mnist_10k", 100, flops)
+    large = cost.run_gflop("disco", "scaled_mnist_10k", 5_000, flops)
     assert large > small > 0
     assert realimages.epochs_for(10, 100, 64, 1_500) == 1_500  # one step per epoch
     assert realimages.epochs_for(1_000, 100, 64, 1_500) == 100  # 16 steps per epoch
@@ -161,7 +162,7 @@ def test_a_two_phase_run_is_priced_part_by_part_at_each_parts_own_rate():
     measured rate: triple_star's narrow streams are networks of their own in the table."""
     from launch.studies import plan
 
-    keys = realimages.flops_keys()
+    keys = cost.flops_keys()
     assert {"fashion_std_star", "fashion_e2_star", "fashion_scale_star"} <= set(keys)
     rates = {k: 100.0 * (i + 1) for i, k in enumerate(keys)}  # images/s, all different
     flops = {k: {"train": 1.0, "eval": 0.0, "images_per_s": rates[k]} for k in keys}
@@ -171,21 +172,21 @@ def test_a_two_phase_run_is_priced_part_by_part_at_each_parts_own_rate():
         head = plan.head_schedule(n, rule, 58_000)["num_epochs"]
         if n == 1_000:  # as M1-M3's runs trained: 100 epochs of the streams, 25 of the head
             assert (streams, head) == (100, 25)
-        assert realimages.run_parts("scale", "fashion_mnist", n) == [("fashion_scale", streams)]
-        assert realimages.run_parts("triple", "fashion_mnist", n) == [("fashion_triple", head)]
-        star = realimages.run_parts("triple_star", "fashion_mnist", n)
+        assert cost.run_parts("scale", "fashion_mnist", n) == [("fashion_scale", streams)]
+        assert cost.run_parts("triple", "fashion_mnist", n) == [("fashion_triple", head)]
+        star = cost.run_parts("triple_star", "fashion_mnist", n)
         assert star == [("fashion_triple_star", head)] + [
             (f"fashion_{s}_star", streams) for s in ("std", "e2", "scale")
         ]
-        std = realimages.run_parts("triple_std", "fashion_mnist", n)
+        std = cost.run_parts("triple_std", "fashion_mnist", n)
         assert std == [("fashion_triple_std", head)] + [("fashion_std", streams)] * 2
         # with no evaluation cost: epochs x images x GFLOP, and seconds at each part's rate
-        got = realimages.run_gflop("triple_star", "fashion_mnist", n, flops)
+        got = cost.run_gflop("triple_star", "fashion_mnist", n, flops)
         assert got == pytest.approx(n * (head + 3 * streams))
-        seconds = realimages.run_cpu_seconds("triple_star", "fashion_mnist", n, flops, 1.0)
+        seconds = cost.run_cpu_seconds("triple_star", "fashion_mnist", n, flops, 1.0)
         assert seconds == pytest.approx(sum(e * n / rates[k] for k, e in star))
     # the paper's networks train one program for the family's epochs
-    assert realimages.run_parts("disco", "scaled_mnist_10k", 100) == [("mnist_disco", 60)]
+    assert cost.run_parts("disco", "scaled_mnist_10k", 100) == [("mnist_disco", 60)]
 
 
 def test_the_budget_refuses_a_flops_table_without_a_network_it_prices(tmp_path, capsys):
@@ -193,7 +194,7 @@ def test_the_budget_refuses_a_flops_table_without_a_network_it_prices(tmp_path, 
 
     from launch.studies.__main__ import main
 
-    table = {k: {"train": 1.0, "eval": 1.0} for k in realimages.flops_keys()}
+    table = {k: {"train": 1.0, "eval": 1.0} for k in cost.flops_keys()}
     del table["fashion_scale_star"]
     path = tmp_path / "flops.json"
     path.write_text(json.dumps(table))
