@@ -835,7 +835,10 @@ def test_run_trains_what_the_record_lacks_lands_it_and_rewrites_the_report(tmp_p
     assert len(record.read(str(rec))) == 8  # six tuning rows and the two main runs
     assert main(["digits", "status", *argv]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-3].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]
+    assert lines[-4].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]
+    assert (
+        lines[-2] == "stream runs in the record that heads still to train will train again here: 0"
+    )
     assert lines[-1] == "two-phase runs whose frozen streams are not the record's runs: 0"
 
 

@@ -144,6 +144,29 @@ def test_two_phase_arms_reuse_the_single_stream_arms_runs(tmp_path):
     assert reused["triple_star"] == {}  # narrow streams: its own
 
 
+def test_status_names_the_recorded_streams_a_head_will_train_again_here(tmp_path):
+    """On a fresh machine the record holds the stream runs but the run directory does not: the
+    heads still to train will train those streams again in phase 1; the ones here, or whose
+    head has landed, are not counted."""
+    from launch.studies import run as study_run
+
+    runs = [r for r in _main_runs("fashion_mnist", 1_000, tmp_path) if r.overrides["seed"] < 2]
+    by = {(_family_of(r), r.overrides["seed"]): r for r in runs}
+    rows = {study_run.rel(str(tmp_path), r.workdir): {} for r in runs if not r.multi}
+    want = {
+        study_run.rel(str(tmp_path), by[s, k].workdir) for s in realimages.STREAMS for k in (0, 1)
+    }
+    assert study_run.retrained_streams(str(tmp_path), runs, rows) == want
+    here = by["scale", 0].workdir  # trained here: reused as it is
+    os.makedirs(here)
+    open(os.path.join(here, "results.json"), "w").close()
+    rows[study_run.rel(str(tmp_path), by["triple", 1].workdir)] = {}  # seed 1's heads landed
+    rows[study_run.rel(str(tmp_path), by["triple_std", 1].workdir)] = {}
+    rows[study_run.rel(str(tmp_path), by["triple_scale", 1].workdir)] = {}
+    left = study_run.retrained_streams(str(tmp_path), runs, rows)
+    assert left == {study_run.rel(str(tmp_path), by[s, 0].workdir) for s in ("e2", "std")}
+
+
 @pytest.mark.parametrize(
     "arm, stream, dataset, other",
     [

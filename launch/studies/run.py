@@ -351,17 +351,38 @@ def print_plan(study: Study, opts: Options) -> int:
     return 0
 
 
+def retrained_streams(runs_dir: str, runs: Sequence, rows: dict) -> set[str]:
+    """The record paths of the stream runs that the unlanded two-phase runs of ``runs`` reuse
+    but ``runs_dir`` lacks (their rows came from another machine, or this one was new): phase 1
+    trains each again there, and :func:`launch.studies.report.stream_mismatches` checks that
+    it reproduced its row."""
+    out = set()
+    for r in runs:
+        if not r.multi or landed(runs_dir, r, rows=rows):
+            continue
+        for key, wd in r.overrides.items():
+            if key.startswith("phase1.") and key.endswith(".workdir"):
+                path = rel(runs_dir, wd)
+                if path in rows and not os.path.isfile(os.path.join(wd, "results.json")):
+                    out.add(path)
+    return out
+
+
 def status(study: Study, opts: Options) -> int:
     """Per stage and dataset: the planned models, how many have their row in the record, how
     many finished here but have not landed, how many started (a checkpoint) and how many are
-    left; then the record's unconverged main runs."""
+    left; then the record's unconverged main runs, the stream runs a head still to train will
+    train again here (in the record, not in this run directory: a fresh machine), and the heads
+    whose frozen streams are not the record's runs."""
     rows = {r["run"]: r for r in record.read(opts.record)}
     print(f"record: {opts.record}: {len(rows)} rows; runs: {opts.runs_dir}")
     w = max([18, *map(len, opts.datasets)])
     print(f"{'stage':6} {'dataset':{w}} planned  landed  here  started  left")
+    again: set[str] = set()
     for stage in stages(opts):
         for dataset in opts.datasets:
             runs, svms, note = planned(study, opts, stage, dataset, rows)
+            again |= retrained_streams(opts.runs_dir, runs, rows)
             paths = [p for r in runs for p in model_paths(opts.runs_dir, r)]
             paths += [rel(opts.runs_dir, p["workdir"]) for p in svms]
             n_landed = sum(p in rows for p in paths)
@@ -380,6 +401,10 @@ def status(study: Study, opts: Options) -> int:
     judged = [r for rs in errors.values() for r in rs.values()]
     bad = sum(r["convergence"].get("converged") is False for r in judged)
     print(f"main runs under the rule: {len(judged)} in the record, {bad} unconverged")
+    print(
+        f"stream runs in the record that heads still to train will train again here: {len(again)}"
+        + (f" ({', '.join(sorted(again)[:3])}{', ...' if len(again) > 3 else ''})" if again else "")
+    )
     moved = report.stream_mismatches(judged, {r["run"]: r for r in judged})
     print(
         f"two-phase runs whose frozen streams are not the record's runs: {len(moved)}"
