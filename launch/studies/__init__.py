@@ -8,6 +8,7 @@ One module per idea: :mod:`~launch.studies.plan` (a study's design and the runs 
 record alone), :mod:`~launch.studies.svm` (the RBF-SVM anchor), :mod:`~launch.studies.pilot`
 (a training-length rule's pilot); a study's own definition in its module, e.g.
 :mod:`~launch.studies.digits` and :mod:`~launch.studies.realimages` (with
-:mod:`~launch.studies.power`, what its plan can detect). The command: ``python -m
+:mod:`~launch.studies.power`, what its plan can detect, and
+:mod:`~launch.studies.realimages_cost`, what its runs cost). The command: ``python -m
 launch.studies digits --help``, ``python -m launch.studies realimages --help``.
 """
