@@ -144,7 +144,7 @@ def test_two_phase_arms_reuse_the_single_stream_arms_runs(tmp_path):
     assert reused["triple_star"] == {}  # narrow streams: its own
 
 
-def test_status_names_the_recorded_streams_a_head_will_train_again_here(tmp_path):
+def test_the_recorded_streams_a_head_needs_here_train_again_first(tmp_path):
     """On a fresh machine the record holds the stream runs but the run directory does not: the
     heads still to train will train those streams again in phase 1; the ones here, or whose
     head has landed, are not counted."""
@@ -165,6 +165,12 @@ def test_status_names_the_recorded_streams_a_head_will_train_again_here(tmp_path
     rows[study_run.rel(str(tmp_path), by["triple_scale", 1].workdir)] = {}
     left = study_run.retrained_streams(str(tmp_path), runs, rows)
     assert left == {study_run.rel(str(tmp_path), by[s, 0].workdir) for s in ("e2", "std")}
+    # ``run`` trains those streams in its first wave (side by side, not inside each head's
+    # phase 1), with every head not landed, and nothing else
+    todo = {r.workdir for r in study_run.still_to_train(str(tmp_path), runs, rows)}
+    heads = {r.workdir for r in runs if r.multi}
+    landed_heads = {by[f, 1].workdir for f in ("triple", "triple_std", "triple_scale")}
+    assert todo == {by[s, 0].workdir for s in ("e2", "std")} | (heads - landed_heads)
 
 
 @pytest.mark.parametrize(

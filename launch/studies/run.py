@@ -325,8 +325,9 @@ def stages(opts: Options) -> tuple[str, ...]:
 
 def print_plan(study: Study, opts: Options) -> int:
     """Every planned command, the finished ones marked (a run of several seeds is finished when
-    all its models are; one under a path that ``--rerun`` would move aside is not), then how
-    many are left to train. Heads wait for their streams' tuning: planned once it landed."""
+    all its models are; one under a path that ``--rerun`` would move aside is not, nor a
+    recorded stream run that a head still to train needs here, :func:`still_to_train`), then
+    how many are left to train. Heads wait for their streams' tuning: planned once it landed."""
     rows = {r["run"]: r for r in record.read(opts.record)}
     prepared = rerun_prepare(opts.runs_dir, opts.rerun, dry_run=True)
     moving = [p for p, (_, moved) in zip(opts.rerun, prepared, strict=True) if moved]
@@ -336,8 +337,9 @@ def print_plan(study: Study, opts: Options) -> int:
     for stage in stages(opts):
         for dataset in opts.datasets:
             runs, svms, note = planned(study, opts, stage, dataset, rows)
+            todo = {r.workdir for r in still_to_train(opts.runs_dir, runs, rows, moving)}
             for r in runs:
-                done = landed(opts.runs_dir, r, rows=rows, moving=moving)
+                done = r.workdir not in todo
                 left += not done
                 print(("# finished: " if done else "") + r.command("python"))
             for p in svms:
@@ -366,6 +368,24 @@ def retrained_streams(runs_dir: str, runs: Sequence, rows: dict) -> set[str]:
                 if path in rows and not os.path.isfile(os.path.join(wd, "results.json")):
                     out.add(path)
     return out
+
+
+def still_to_train(runs_dir: str, runs: Sequence, rows: dict, moving: Sequence[str] = ()) -> list:
+    """The runs of ``runs`` that a ``run`` command trains: those not :func:`landed`, and the
+    landed stream runs that a head still to train reuses but ``runs_dir`` lacks
+    (:func:`retrained_streams`), so that they train again side by side in the first wave
+    instead of one after another inside each head's phase 1."""
+    again = retrained_streams(runs_dir, runs, rows)
+    return [
+        r
+        for r in runs
+        if not landed(runs_dir, r, rows=rows, moving=moving)
+        or any(p in again for p in model_paths(runs_dir, r))
+    ]
+
+
+def _not_in(todo: set, run) -> bool:
+    return run.workdir not in todo
 
 
 def status(study: Study, opts: Options) -> int:
@@ -467,7 +487,8 @@ def run(study: Study, opts: Options) -> int:
                 rows = {r["run"]: r for r in record.read(opts.record)}
                 runs, svms, note = planned(study, opts, stage, dataset, rows)
                 run_svms(svms, opts, after, rows)
-                done = functools.partial(landed, opts.runs_dir, rows=rows, moving=opts.rerun)
+                todo = {r.workdir for r in still_to_train(opts.runs_dir, runs, rows, opts.rerun)}
+                done = functools.partial(_not_in, todo)
                 code = run_groups(runs, opts, after, done)
                 if code >= STOPPED:
                     after(final=True)
