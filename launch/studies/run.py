@@ -384,6 +384,15 @@ def still_to_train(runs_dir: str, runs: Sequence, rows: dict, moving: Sequence[s
     ]
 
 
+def _few(paths, shown: int = 3) -> str:
+    """``N`` and, if any, the first ``shown`` of ``paths`` (sorted) in parentheses."""
+    paths = sorted(paths)
+    if not paths:
+        return "0"
+    more = ", ..." if len(paths) > shown else ""
+    return f"{len(paths)} ({', '.join(paths[:shown])}{more})"
+
+
 def _not_in(todo: set, run) -> bool:
     return run.workdir not in todo
 
@@ -422,14 +431,10 @@ def status(study: Study, opts: Options) -> int:
     bad = sum(r["convergence"].get("converged") is False for r in judged)
     print(f"main runs under the rule: {len(judged)} in the record, {bad} unconverged")
     print(
-        f"stream runs in the record that heads still to train will train again here: {len(again)}"
-        + (f" ({', '.join(sorted(again)[:3])}{', ...' if len(again) > 3 else ''})" if again else "")
+        f"stream runs in the record that heads still to train will train again here: {_few(again)}"
     )
     moved = report.stream_mismatches(judged, {r["run"]: r for r in judged})
-    print(
-        f"two-phase runs whose frozen streams are not the record's runs: {len(moved)}"
-        + (f" ({', '.join(moved[:3])}{', ...' if len(moved) > 3 else ''})" if moved else "")
-    )
+    print(f"two-phase runs whose frozen streams are not the record's runs: {_few(moved)}")
     return 0
 
 
