@@ -146,8 +146,8 @@ def test_two_phase_arms_reuse_the_single_stream_arms_runs(tmp_path):
 
 def test_the_recorded_streams_a_head_needs_here_train_again_first(tmp_path):
     """On a fresh machine the record holds the stream runs but the run directory does not: the
-    heads still to train will train those streams again in phase 1; the ones here, or whose
-    head has landed, are not counted."""
+    streams that heads still to train reuse are trained again, in ``run``'s first wave; the ones
+    here, or whose heads have all landed, are not."""
     from launch.studies import run as study_run
 
     runs = [r for r in _main_runs("fashion_mnist", 1_000, tmp_path) if r.overrides["seed"] < 2]
