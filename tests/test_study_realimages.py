@@ -604,39 +604,56 @@ _DECIDED = ("supported", "contradicted", "inconclusive")
 _NUMBER = r"[+-]?\d+\.\d+"
 
 
-def _quoted(text: str, label: str) -> list[str]:
-    """The first difference and 95 % interval quoted after ``label`` in ``text`` (whitespace
-    folded), as written: ``M3 ... = -0.61 points, 95 % interval [-1.17, -0.05]``."""
-    m = re.search(
-        rf"\b{label}\b[^\[]{{0,260}}?({_NUMBER})[^\[]{{0,60}}\[({_NUMBER}), ({_NUMBER})\]", text
-    )
-    assert m, f"{label}'s difference and interval are not quoted"
-    return list(m.groups())
+def _claim_row(text: str, label: str) -> list[str]:
+    """The cells of ``label``'s row in the verdicts table of ``text``, the one row that starts
+    ``| M1 |`` (the study's README) or ``| M1: what it claims |`` (the project's README) and
+    ends in a bold verdict."""
+    verdict = r"\*\*(supported|contradicted|inconclusive)\*\*"
+    rows = [
+        r
+        for r in text.splitlines()
+        if re.match(rf"\| {label}(:| \|)", r) and re.search(verdict, r.split("|")[-2])
+    ]
+    assert len(rows) == 1, f"{label} has {len(rows)} rows with a verdict, not one"
+    return [c.strip() for c in rows[0].strip().strip("|").split("|")]
+
+
+def _as_shown(value: float, shown: str) -> float:
+    """``value`` rounded to the significant digits of ``shown`` (``2.8e-4``, ``0.0095``)."""
+    mantissa = shown.lower().split("e")[0].replace(".", "").lstrip("+-").lstrip("0")
+    return float(f"{value:.{max(len(mantissa), 1) - 1}e}")
 
 
 @pytest.mark.parametrize("readme", ["README.md", "docs/results/realimages/README.md"])
 def test_the_readmes_quote_every_decided_claim_as_the_committed_report_has_it(readme):
     """The verdicts the READMEs state by hand follow the committed report (claims.json): the
-    count of claims tested, and each decided claim's difference and interval to the digits
-    quoted; in the README's results row each claim sits under its own verdict's heading."""
+    count of claims tested (and, in the project's README, of each verdict), and each decided
+    claim's row: its difference and 95 % interval to the digits shown, its Holm p to the
+    significant digits shown, and its verdict."""
     with open(os.path.join(ROOT, "docs", "results", "realimages", "claims.json")) as f:
         claims = [c for c in json.load(f) if c["verdict"] in _DECIDED]
     with open(os.path.join(ROOT, readme)) as f:
-        text = " ".join(f.read().split())
+        text = f.read()
+    summary = " ".join(text.split())
     if readme == "README.md":  # the results table's row of this study
-        start = text.index("| real images:")
-        text = text[start : text.index("| |", start)]
-    tested = re.search(r"(\d+) of 12 (?:pre-registered )?claims tested", text)
+        start = summary.index("| real images:")
+        summary = summary[start : summary.index("| |", start)]
+        for verdict in _DECIDED:
+            n = sum(c["verdict"] == verdict for c in claims)
+            assert f"{n} {verdict}" in summary, (verdict, n)
+    tested = re.search(r"(\d+) of 12 (?:pre-registered )?claims tested", summary)
     assert tested and int(tested.group(1)) == len(claims), (readme, tested and tested.group(0))
     for c in claims:
-        quoted = _quoted(text, c["claim"])
-        for q, value in zip(quoted, (c["diff_mean"], c["ci_low"], c["ci_high"])):
+        cells = _claim_row(text, c["claim"])
+        interval = re.search(rf"({_NUMBER}) \[({_NUMBER}), ({_NUMBER})\]", " ".join(cells))
+        assert interval, f"{c['claim']}'s difference and interval are not quoted"
+        for q, value in zip(interval.groups(), (c["diff_mean"], c["ci_low"], c["ci_high"])):
             digits = len(q.split(".")[1])  # the record's figure rounded to the digits shown
-            assert float(q) == round(value, digits), (c["claim"], quoted, value)
-        if readme == "README.md":  # the last bold verdict before the claim is its own
-            before = text[: text.index(f"({c['claim']}:")]
-            heading = re.findall(r"\*\*(Supported|Contradicted|Inconclusive)\*\*", before)
-            assert heading and heading[-1].lower() == c["verdict"], (c["claim"], heading[-1:])
+            assert float(q) == round(value, digits), (c["claim"], interval.groups(), value)
+        holm = cells[-2].split(";")[-1].strip()  # "t; p; Holm p" or the Holm p alone
+        assert float(holm) == _as_shown(c["p_holm"], holm), (c["claim"], holm, c["p_holm"])
+        verdict = re.search(r"\*\*(supported|contradicted|inconclusive)\*\*", cells[-1])
+        assert verdict and verdict.group(1) == c["verdict"], (c["claim"], cells[-1])
 
 
 def test_a_study_commit_takes_only_the_paths_it_names(tmp_path, git_repo):
