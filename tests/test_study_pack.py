@@ -83,3 +83,17 @@ def test_finished_runs_matching_a_glob_come_with_their_final_checkpoint(tmp_path
         assert tar.getnames() == want  # wrn_std's run, older steps and events stay out
     # a path names the same run
     assert run.unfinished_files(str(runs), [one]) == want
+
+
+def test_a_run_counts_as_started_by_its_own_checkpoint_or_a_stream_s(tmp_path):
+    """``status``'s "started" column: a run with a checkpoint of its own, or a two-phase run
+    whose first stream has one (``streams/<name>/checkpoints``), and not once it finished."""
+    fresh, own, stream, done = (tmp_path / n for n in ("fresh", "own", "stream", "done"))
+    _touch(fresh / "config.json", "{}")
+    _touch(own / "checkpoints" / "60" / "state")
+    _touch(stream / "streams" / "e2" / "results.json", "{}")
+    _touch(stream / "streams" / "scale" / "checkpoints" / "120" / "state")
+    _touch(done / "streams" / "e2" / "checkpoints" / "600" / "state")
+    _touch(done / "results.json", "{}")
+    started = {p.name: run.started_here(str(p)) for p in (fresh, own, stream, done)}
+    assert started == {"fresh": False, "own": True, "stream": True, "done": False}

@@ -397,6 +397,19 @@ def _not_in(todo: set, run) -> bool:
     return run.workdir not in todo
 
 
+def started_here(workdir: str) -> bool:
+    """Whether the run in ``workdir`` started and has not finished: a checkpoint of its own or,
+    for a two-phase run, of one of the streams it trains first (``streams/<name>/``)."""
+    if os.path.isfile(os.path.join(workdir, "results.json")):
+        return False
+    streams = os.path.join(workdir, "streams")
+    names = sorted(os.listdir(streams)) if os.path.isdir(streams) else []
+    return any(
+        os.path.isdir(os.path.join(d, "checkpoints"))
+        for d in [workdir, *(os.path.join(streams, n) for n in names)]
+    )
+
+
 def status(study: Study, opts: Options) -> int:
     """Per stage and dataset: the planned models, how many have their row in the record, how
     many finished here but have not landed, how many started (a checkpoint) and how many are
@@ -417,11 +430,7 @@ def status(study: Study, opts: Options) -> int:
             n_landed = sum(p in rows for p in paths)
             todo = [p for p in paths if p not in rows]
             here = sum(os.path.isfile(os.path.join(opts.runs_dir, p, "results.json")) for p in todo)
-            started = sum(
-                os.path.isdir(os.path.join(opts.runs_dir, p, "checkpoints"))
-                and not os.path.isfile(os.path.join(opts.runs_dir, p, "results.json"))
-                for p in todo
-            )
+            started = sum(started_here(os.path.join(opts.runs_dir, p)) for p in todo)
             print(
                 f"{stage:6} {dataset:{w}} {len(paths):7} {n_landed:7} {here:5} {started:8} "
                 f"{len(todo) - here:5}" + (f"   ({note})" if note else "")
