@@ -38,16 +38,18 @@ Phase-1 reuse: within one point (N_t, seed), a multi-stream run whose stream has
 config of a single-stream run in the sweep (e.g. the E(2) stream of ``cifar10_triple`` and
 ``cifar10_e2_ii``), or of a stream of an earlier multi-stream run (the heads ablation), gets
 ``--config.phase1.<stream>.workdir=`` that run's directory and reuses it instead of training the
-stream again. Commands of a point therefore run in order (single-stream first), one SLURM array
-task per point; ``--no-share`` gives every multi-stream run private streams.
+stream again. Such a run therefore waits for the run it reuses: ``--local`` starts it once that
+run has ended, and SLURM runs a point's commands in order (single-stream first), one array task
+per point; ``--no-share`` gives every multi-stream run private streams.
 
 Output: ``--dry_run`` prints the commands (one per line); ``--local`` runs them here (a failed
 command does not stop the rest; the failures are listed at the end); ``--slurm FILE`` writes the
 array job ``FILE`` from ``launch/slurm.sh.template`` and its command list ``FILE.commands`` for
 GPU clusters, multi-node with ``--nodes`` (``jax.distributed`` from SLURM's environment).
 
-Several runs at once on one machine: ``--local --parallel K --devices-per-run D`` runs K points
-(size, seed) side by side, each pinned to its own D devices: GPUs through
+Several runs at once on one machine: ``--local --parallel K --devices-per-run D`` runs K runs
+side by side (each free slot takes the next run whose reused runs have ended), each pinned to
+its own D devices: GPUs through
 ``CUDA_VISIBLE_DEVICES`` (K x D must not exceed the GPUs visible), on CPU through
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (``--platform`` auto | gpu | cpu). Each
 command's output then goes to ``WORKDIR.log`` next to its run directory.
@@ -83,7 +85,6 @@ import importlib
 import json
 import os
 import pathlib
-import queue
 import shlex
 import shutil
 import signal
@@ -298,6 +299,26 @@ def _share_streams(runs: list[Run], plan) -> None:
                 owners[key] = os.path.join(run.workdir, plan.STREAMS_SUBDIR, s)
 
 
+def needs(runs: Sequence[Run]) -> list[set[int]]:
+    """Per run, the indices of the other runs in ``runs`` it must wait for: those whose models
+    its phase 1 reuses (``phase1.<stream>.workdir``: a single-stream run's directory, or
+    ``<workdir>/streams/<stream>`` of the multi-stream run that trains that stream first)."""
+    where = {os.path.normpath(os.path.join(REPO, r.workdir)): i for i, r in enumerate(runs)}
+    out = []
+    for i, run in enumerate(runs):
+        wait = set()
+        for key, value in run.overrides.items():
+            if not (key.startswith("phase1.") and key.endswith(".workdir") and value):
+                continue
+            path = os.path.normpath(os.path.join(REPO, str(value)))
+            while path not in where and os.path.dirname(path) != path:
+                path = os.path.dirname(path)  # a stream inside another run's folder
+            if where.get(path, i) != i:
+                wait.add(where[path])
+        out.append(wait)
+    return out
+
+
 def by_point(runs: Sequence[Run]) -> list[list[Run]]:
     points = list(dict.fromkeys(r.point for r in runs))
     return [[r for r in runs if r.point == p] for p in points]
@@ -510,16 +531,17 @@ def run_local(
     platform: str = "auto",
     *,
     per_gpu: int = 1,
-    independent: bool = False,
     on_done: Callable[[Run, int], None] | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> int:
-    """Run the sweep here: points side by side on ``parallel`` slots, finished runs skipped.
+    """Run the sweep here on ``parallel`` slots, finished runs skipped.
 
-    ``per_gpu``: slots sharing a GPU (:func:`slot_envs`). ``independent``: every run is a group
-    of its own (the caller ordered the runs so that none needs another of the same call), not
-    the runs of one point in one slot. ``on_done(run, status)`` is called after each run, one
-    call at a time; no run starts once ``stop()`` is true (those running finish).
+    Each free slot takes the first run, in the order given, whose phase-1 runs (:func:`needs`)
+    have ended, so that a multi-stream run never trains a stream another slot is training and
+    no slot idles while a run is ready (one that failed counts as ended: the run after it
+    trains or resumes the stream itself). ``per_gpu``: slots sharing a GPU (:func:`slot_envs`).
+    ``on_done(run, status)`` is called after each run, one call at a time; no run starts once
+    ``stop()`` is true (those running finish).
     Returns 0, 1 if a command failed, or 128 + n after signal n (module docstring).
     """
     envs = (
@@ -527,11 +549,10 @@ def run_local(
     )
     todo = [r for r in runs if not finished(r)]  # PointChanged: the caller refuses the sweep
     print(f"{len(runs) - len(todo)} of {len(runs)} runs finished already (skipped)", flush=True)
-    groups = [[r] for r in todo] if independent else by_point(todo)
+    wait_for = needs(todo)
+    pending, ended, running = list(range(len(todo))), set(), [0]
+    ready = threading.Condition()
     done_lock = threading.Lock()
-    jobs: queue.Queue = queue.Queue()
-    for group in groups:
-        jobs.put(group)
     failed, stopped, lock, counter = [], [], threading.Lock(), [0]
     stopper = _Stopper(threading.Lock())
 
@@ -573,16 +594,29 @@ def run_local(
     def halted() -> bool:
         return stopper.signum is not None or (stop is not None and stop())
 
+    def take() -> int | None:
+        """The next run whose phase-1 runs have ended; None once none is left or stopping."""
+        with ready:
+            while pending and not halted():
+                i = next((i for i in pending if wait_for[i] <= ended), None)
+                if i is None and not running[0]:  # nothing runs to end a wait: a cycle
+                    i = pending[0]
+                if i is not None:
+                    pending.remove(i)
+                    running[0] += 1
+                    return i
+                ready.wait(timeout=1.0)  # wakes when a run ends; the timeout sees a signal
+            return None
+
     def worker(slot: int, env) -> None:
-        while not halted():
+        while (i := take()) is not None:
             try:
-                group = jobs.get_nowait()
-            except queue.Empty:
-                return
-            for run in group:  # in order: the single-stream runs first (phase-1 reuse)
-                if halted():
-                    return
-                one(run, env, slot)
+                one(todo[i], env, slot)
+            finally:
+                with ready:
+                    running[0] -= 1
+                    ended.add(i)
+                    ready.notify_all()
 
     handlers = {s: signal.signal(s, stopper) for s in STOP_SIGNALS}
     try:

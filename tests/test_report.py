@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shlex
 import signal
 import subprocess
 import sys
@@ -237,6 +238,44 @@ def test_sweep_local_pins_devices_and_slots(monkeypatch):
 
 
 @pytest.mark.slow
+class _Timed(sweep.Run):
+    """A run whose command only logs its start and end (``LOG``) around a short sleep."""
+
+    def command(self, python: str = "python") -> str:
+        log = os.path.join(os.path.dirname(self.workdir), "LOG")
+        body = (
+            "import sys, time; w = lambda e: open(sys.argv[1], 'a').write(e + ' ' + sys.argv[2]"
+            " + '\\n'); w('start'); time.sleep(float(sys.argv[3])); w('end')"
+        )
+        return shlex.join([python, "-c", body, log, self.experiment, self.point[0]])
+
+
+def test_sweep_local_starts_a_head_once_the_runs_it_reuses_ended_and_fills_free_slots(tmp_path):
+    """Two slots; the heads' phase 1 reuses a stream run (``phase1.e2.workdir``) or a stream
+    that another head trains first (``<its workdir>/streams/scale``). No head starts before
+    what it reuses has ended, and a slot whose next run must wait takes a later one that is
+    ready: the independent run ``c`` starts before the stream run ``a`` ends."""
+
+    def timed(name, seconds, **phase1):
+        overrides = {f"phase1.{s}.workdir": str(tmp_path / w) for s, w in phase1.items()}
+        return _Timed(name, "x", overrides, (str(seconds), 0), str(tmp_path / name), bool(phase1))
+
+    runs = [
+        timed("a", 3.0),
+        timed("h1", 0.2, e2="a"),
+        timed("h2", 0.2, e2="a", scale="h1/streams/scale"),
+        timed("c", 0.2),
+    ]
+    assert sweep.needs(runs) == [set(), {0}, {0, 1}, set()]
+    assert sweep.run_local(runs, 2, None, "cpu") == 0
+    events = (tmp_path / "LOG").read_text().split()
+    order = [f"{e} {n}" for e, n in zip(events[::2], events[1::2])]
+    at = {e: i for i, e in enumerate(order)}
+    assert at["start h1"] > at["end a"] and at["start h2"] > at["end h1"], order
+    assert at["start c"] < at["end a"], order  # the free slot did not wait for "a"
+    assert len(order) == 8, order
+
+
 def test_sweep_local_runs_side_by_side_and_resumes(tmp_path):
     """Two tiny runs at once, each on its own 2 forced CPU devices; a second call skips the
     finished runs and resumes an unfinished one from its checkpoint."""

@@ -281,11 +281,12 @@ def test_a_k_model_run_is_finished_only_when_every_model_is(tmp_path, capsys):
     assert last == [f"# {n} of 3 commands left to run" for n in (3, 3, 1)]
 
 
-def test_parallel_runs_single_streams_first_each_alone_then_multi_streams_by_point(
+def test_parallel_runs_go_to_one_sweep_single_streams_first_heads_after_their_streams(
     tmp_path, monkeypatch
 ):
-    """--parallel P: one wave of the single-stream runs (each its own group), then one of the
-    multi-stream runs grouped by point; the budget and --runs_per_gpu reach the sweep."""
+    """--parallel P: one sweep of every run, the single-stream runs first, in which each
+    multi-stream run waits for the stream runs of its point that its phase 1 reuses; the
+    budget and --runs_per_gpu reach the sweep."""
     runs, _, _ = plan.plan_main(
         STUDY,
         str(tmp_path),
@@ -300,14 +301,17 @@ def test_parallel_runs_single_streams_first_each_alone_then_multi_streams_by_poi
     monkeypatch.setattr(sweep, "run_local", lambda w, *a, **k: calls.append((w, a, k)) or 0)
     opts = run.Options(budget_minutes=0, platform="gpu", parallel=4, runs_per_gpu=4)
     assert run.run_groups(runs, opts, lambda: None, lambda r: False) == 0
-    (first, a1, k1), (second, _, k2) = calls
+    ((given, args, kwargs),) = calls
     # dual brings its Scale stream's family along (test_a_two_phase_family_alone_reuses_...)
-    assert {r.experiment for r in first} == {"wrn_std", "e2_ii", "scale_iiws_disco"}
-    assert len(first) == 6
-    assert [r.experiment for r in second] == ["dual", "dual"]
-    assert a1 == (4, None, "gpu") and k1["per_gpu"] == 4
-    assert k1["independent"] is True and k2["independent"] is False
-    assert k1["stop"]() is False
+    kinds = [r.experiment for r in given]
+    assert set(kinds[:6]) == {"wrn_std", "e2_ii", "scale_iiws_disco"} and kinds[6:] == ["dual"] * 2
+    for head, wait in zip(given[6:], sweep.needs(given)[6:]):
+        streams = {given[i].experiment: given[i] for i in wait}
+        assert set(streams) == {"e2_ii", "scale_iiws_disco"}  # dual's two streams, its seed's
+        assert all(r.point == head.point for r in streams.values())
+    assert all(not w for w in sweep.needs(given)[:6])
+    assert args == (4, None, "gpu") and kwargs["per_gpu"] == 4
+    assert kwargs["stop"]() is False
 
 
 @pytest.mark.parametrize("parallel", [1, 4])

@@ -241,30 +241,24 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
     finishes.
 
     ``parallel 1``: one at a time, in order (a point's single streams before the runs that
-    reuse them). ``parallel P``: two waves, the single-stream runs, then the multi-stream runs
-    (whose phase 1 is among the first wave's, :func:`plan.plan_main`), ``P`` runs side by side
-    (``runs_per_gpu`` of them sharing a GPU); no run starts once the budget is spent.
+    reuse them). ``parallel P``: ``P`` runs side by side (``runs_per_gpu`` of them sharing a
+    GPU), the single-stream runs first, each multi-stream run once the runs its phase 1 reuses
+    have ended (:func:`launch.sweep.run_local`); no run starts once the budget is spent.
     """
     runs = [r for r in runs if not done(r)]
     if opts.parallel > 1:
-        status = 0
-        for multi in (False, True):
-            wave = [r for r in runs if r.multi == multi]
-            if wave and not over_budget(opts):
-                code = sweep.run_local(
-                    wave,
-                    opts.parallel,
-                    None,
-                    opts.platform,
-                    per_gpu=opts.runs_per_gpu,
-                    independent=not multi,
-                    on_done=lambda run, code: after(),
-                    stop=lambda: over_budget(opts),
-                )
-                if code >= STOPPED:  # a signal stopped the runs: start nothing more
-                    return code
-                status |= code
-        return status
+        if over_budget(opts):
+            return 0
+        code = sweep.run_local(
+            sorted(runs, key=lambda r: r.multi),  # stable: the plan's order within each kind
+            opts.parallel,
+            None,
+            opts.platform,
+            per_gpu=opts.runs_per_gpu,
+            on_done=lambda run, code: after(),
+            stop=lambda: over_budget(opts),
+        )
+        return code
     status = 0
     for run in runs:
         if sweep.finished(run):
@@ -373,7 +367,7 @@ def retrained_streams(runs_dir: str, runs: Sequence, rows: dict) -> set[str]:
 def still_to_train(runs_dir: str, runs: Sequence, rows: dict, moving: Sequence[str] = ()) -> list:
     """The runs of ``runs`` that a ``run`` command trains: those not :func:`landed`, and the
     landed stream runs that a head still to train reuses but ``runs_dir`` lacks
-    (:func:`retrained_streams`), so that they train again side by side in the first wave
+    (:func:`retrained_streams`), so that they train again side by side, ahead of the heads,
     instead of one after another inside each head's phase 1."""
     again = retrained_streams(runs_dir, runs, rows)
     return [
