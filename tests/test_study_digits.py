@@ -874,6 +874,32 @@ def test_run_stops_rewriting_the_report_once_the_study_code_changes(
     assert git("status", "--porcelain", "out/notes.md").stdout.startswith("??")
 
 
+def test_a_command_that_lands_nothing_leaves_the_figures_alone(tmp_path, git_repo, capsys):
+    """The figures are drawn at a command's end only for rows it landed since it last drew
+    them: a second command with nothing to land neither redraws them (another machine's
+    matplotlib would change their bytes alone) nor commits anything."""
+    git = git_repo
+    out = tmp_path / "out"
+    rec = out / "runs.jsonl"
+    _tuned(tmp_path / "tuned", rec, {"svm": [50.0] * 6})
+    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits", "--sizes"]
+    argv += ["20", "--seeds", "0,1", "--runs_dir", str(tmp_path / "runs"), "--record", str(rec)]
+    assert main(["digits", "run", *argv, "--platform", "cpu", "--commit"]) == 0
+    assert "study: 2 run(s) landed" in capsys.readouterr().out
+    figures = sorted(out.glob("*.png"))
+    assert figures, sorted(p.name for p in out.iterdir())  # the first command drew them
+    for f in figures:
+        f.write_bytes(b"as drawn elsewhere")
+    git("add", "out")
+    git("commit", "-qm", "figures from another machine")
+    head = git("rev-parse", "HEAD").stdout
+    assert main(["digits", "run", *argv, "--platform", "cpu", "--commit"]) == 0
+    assert "study: 0 run(s) landed" in capsys.readouterr().out
+    assert all(f.read_bytes() == b"as drawn elsewhere" for f in figures)
+    assert git("rev-parse", "HEAD").stdout == head
+    assert git("status", "--porcelain", "out").stdout == ""
+
+
 def test_a_landing_commits_the_record_and_what_the_report_wrote_and_nothing_else(
     tmp_path, git_repo, capsys
 ):

@@ -450,7 +450,8 @@ def run(study: Study, opts: Options) -> int:
         print(f"study: --rerun {line}", flush=True)
     # one compilation cache for the whole study
     os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(opts.runs_dir, "xla_cache"))
-    count = [0]
+    # count: rows this command landed; undrawn: of those, the ones the figures do not show yet
+    count, undrawn = [0], [0]
     # A long command keeps the code it started with; once the study's sources change on disk it
     # would write (and commit) the report of the old code over the new one's. It then lands
     # and commits rows only and says how to rewrite the report.
@@ -459,6 +460,7 @@ def run(study: Study, opts: Options) -> int:
     def after(final: bool = False) -> None:
         new = land(opts.runs_dir, opts.record, opts.rerun)
         count[0] += new
+        undrawn[0] += new
         written = []
         if opts.out and (new or final) and not stale[0]:
             stale[0] = code_digest() != started_with
@@ -472,12 +474,16 @@ def run(study: Study, opts: Options) -> int:
                 )
             else:
                 # the tables after every landing, the figures every FIGURES_EVERY runs and at
-                # the end; the runs of this command's rule, against every realisation planned
-                figures = final or count[0] % FIGURES_EVERY < new
+                # the end if a row landed since they were drawn (a command that lands nothing
+                # leaves them alone: redrawn by another matplotlib they differ in bytes only);
+                # the runs of this command's rule, against every realisation planned
+                figures = undrawn[0] > 0 and (final or count[0] % FIGURES_EVERY < new)
                 rows = record.read(opts.record)
                 written = report.write_report(
                     study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
                 )
+                if figures:
+                    undrawn[0] = 0
         if opts.commit and new:
             # the record and the files the report wrote, never the rest of its folder (a
             # README being edited there is not a landing)
