@@ -216,6 +216,14 @@ def _tuned(runs_dir: pathlib.Path, rec: pathlib.Path, val_errors: dict) -> None:
     run.land(str(runs_dir), str(rec))
 
 
+def _svm_main_argv(tmp_path: pathlib.Path, rec: pathlib.Path) -> list[str]:
+    """``run``'s options for the SVM's two main runs on the scaled digits at N_t = 20 (seconds
+    on a CPU), run in ``tmp_path/runs`` and landed in ``rec``."""
+    runs = str(tmp_path / "runs")
+    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits"]
+    return argv + ["--sizes", "20", "--seeds", "0,1", "--runs_dir", runs, "--record", str(rec)]
+
+
 def _chosen(rec: pathlib.Path) -> dict:
     rows = {r["run"]: r for r in record.read(str(rec))}
     return plan.chosen_hps(STUDY, rows, "scaled_digits")
@@ -822,8 +830,7 @@ def test_run_trains_what_the_record_lacks_lands_it_and_rewrites_the_report(tmp_p
     out = tmp_path / "out"
     rec = out / "runs.jsonl"
     _tuned(tmp_path / "tuned", rec, {"svm": [50.0] * 6})
-    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits", "--sizes"]
-    argv += ["20", "--seeds", "0,1", "--runs_dir", str(tmp_path / "runs"), "--record", str(rec)]
+    argv = _svm_main_argv(tmp_path, rec)
     assert main(["digits", "run", *argv, "--platform", "cpu"]) == 0
     assert "study: 2 run(s) landed" in capsys.readouterr().out
     rows = [r for r in record.read(str(rec)) if r["stage"] == "main"]
@@ -859,8 +866,7 @@ def test_run_stops_rewriting_the_report_once_the_study_code_changes(
     (out / "notes.md").write_text("being written")
     digests = iter(["as started"])
     monkeypatch.setattr(run, "code_digest", lambda: next(digests, "edited since"))
-    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits", "--sizes"]
-    argv += ["20", "--seeds", "0,1", "--runs_dir", str(tmp_path / "runs"), "--record", str(rec)]
+    argv = _svm_main_argv(tmp_path, rec)
     assert main(["digits", "run", *argv, "--platform", "cpu", "--commit"]) == 0
     printed = capsys.readouterr().out
     assert "study: 2 run(s) landed" in printed
@@ -882,8 +888,7 @@ def test_a_command_that_lands_nothing_leaves_the_figures_alone(tmp_path, git_rep
     out = tmp_path / "out"
     rec = out / "runs.jsonl"
     _tuned(tmp_path / "tuned", rec, {"svm": [50.0] * 6})
-    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits", "--sizes"]
-    argv += ["20", "--seeds", "0,1", "--runs_dir", str(tmp_path / "runs"), "--record", str(rec)]
+    argv = _svm_main_argv(tmp_path, rec)
     assert main(["digits", "run", *argv, "--platform", "cpu", "--commit"]) == 0
     assert "study: 2 run(s) landed" in capsys.readouterr().out
     figures = sorted(out.glob("*.png"))
@@ -913,8 +918,7 @@ def test_a_landing_commits_the_record_and_what_the_report_wrote_and_nothing_else
     git("add", "out")
     git("commit", "-qm", "start")
     (out / "README.md").write_text("the plan, being edited\n")
-    argv = ["--stage", "main", "--families", "svm", "--datasets", "scaled_digits", "--sizes"]
-    argv += ["20", "--seeds", "0,1", "--runs_dir", str(tmp_path / "runs"), "--record", str(rec)]
+    argv = _svm_main_argv(tmp_path, rec)
     assert main(["digits", "run", *argv, "--platform", "cpu", "--commit"]) == 0
     assert "study: 2 run(s) landed" in capsys.readouterr().out
     log = git("log", "--format=@%s", "--name-only").stdout
