@@ -700,3 +700,33 @@ def test_the_figures_set_the_arms_of_one_n_t_side_by_side_with_their_spread(tmp_
     }
     (path,) = plots.plot_errors(errors, str(tmp_path), ("std", "e2", "scale"), errorbars=True)
     assert path.endswith("error_vs_n_train_fashion_mnist.png") and os.path.getsize(path) > 0
+
+
+def test_the_figures_mark_the_points_whose_realisations_are_not_all_in(tmp_path):
+    """An arm with 3 of 5 realisations at one N_t: its curve carries the count, that point and
+    only that one is partial, and the figure drawn with ``need`` differs from the one without
+    (the hollow marker, its ``k/need`` label and the title's key); complete data draws the same
+    figure either way."""
+    from launch.studies import plots
+
+    errors = {
+        ("fashion_mnist", "std", 100): {s: {"test_error": 36.0 + s} for s in range(5)},
+        ("fashion_mnist", "std", 1_000): {s: {"test_error": 19.0 + s} for s in range(5)},
+        ("fashion_mnist", "e2", 100): {s: {"test_error": 32.0 + s} for s in range(3)},
+    }
+    curves = {c[0]: c for c in plots.error_curves(errors, "fashion_mnist", ("std", "e2"))}
+    assert curves["std"][1] == [100, 1_000] and curves["std"][6] == [5, 5]
+    assert curves["e2"][6] == [3] and curves["e2"][2] == [pytest.approx(33.0)]
+    assert plots.partial_points(curves["std"][6], 5) == []
+    assert plots.partial_points(curves["e2"][6], 5) == [0]
+    assert plots.partial_points(curves["e2"][6], None) == []
+
+    def draw(data, name, need):
+        os.makedirs(tmp_path / name)
+        (path,) = plots.plot_errors(data, str(tmp_path / name), ("std", "e2"), need=need)
+        with open(path, "rb") as f:
+            return f.read()
+
+    assert draw(errors, "marked", 5) != draw(errors, "unmarked", None)
+    complete = {k: v for k, v in errors.items() if k[1] == "std"}
+    assert draw(complete, "full_need", 5) == draw(complete, "full_none", None)

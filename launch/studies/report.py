@@ -340,7 +340,7 @@ def write_report(
     written = []
     if figures:
         controls = [f for f, fam in study.families.items() if fam.tune == "inherit"]
-        written += plots.plot_errors(errors, out, tuple(study.families), controls)
+        written += plots.plot_errors(errors, out, tuple(study.families), controls, need=need)
     written.append(_write(os.path.join(out, "results.md"), "\n".join(text)))
     written.append(_write(os.path.join(out, "claims.json"), json.dumps(claims, indent=1)))
     first_path = os.path.join(out, "claims_first_rule.json")
@@ -650,7 +650,7 @@ def write_registered_report(
     os.makedirs(out, exist_ok=True)
     written = []
     if figures:
-        written += plots.plot_errors(errors, out, tuple(study.families), errorbars=True)
+        written += plots.plot_errors(errors, out, tuple(study.families), errorbars=True, need=need)
     written.append(_write(os.path.join(out, "results.md"), "\n".join(text)))
     written.append(_write(os.path.join(out, "claims.json"), json.dumps(recs, indent=1)))
     if explore:
