@@ -392,6 +392,40 @@ def test_rerun_trains_a_landed_run_again_and_its_results_replace_the_record(tmp_
     ]
 
 
+def test_a_run_trained_again_here_that_does_not_reproduce_its_row_is_named(tmp_path, capsys):
+    """A run whose row came from elsewhere, trained again here (its checkpoints) with other
+    errors (another CPU model's rounding, say): ``unreproduced`` names it with both errors, and
+    ``status`` lists it, unless ``--rerun`` names its path (its row is then replaced). A rerun
+    that reproduces its row, or a finished run copied here without checkpoints, is not named."""
+    rec, elsewhere, runs_dir = tmp_path / "runs.jsonl", tmp_path / "elsewhere", tmp_path / "runs"
+    moved, same, copied = (f"main/scaled_digits/wrn_std/n20/seed_{k}" for k in range(3))
+    for path in (moved, same, copied):
+        _fake_run(elsewhere / path, 2.5, val_error=12.0)
+    assert run.land(str(elsewhere), str(rec)) == 3
+    for path, test_error in ((moved, 2.8), (same, 2.5), (copied, 2.9)):
+        _fake_run(runs_dir / path, test_error, val_error=12.0)
+    for path in (moved, same):
+        (runs_dir / path / "checkpoints").mkdir()
+    line = f"{moved} (test_error 2.8 here, 2.5 in the record)"
+    assert run.unreproduced(str(runs_dir), str(rec)) == [line]
+    assert run.unreproduced(str(runs_dir), str(rec), [os.path.dirname(moved)]) == []
+    argv = ["digits", "status", "--stage", "main", "--datasets", "scaled_digits"]
+    argv += ["--runs_dir", str(runs_dir), "--record", str(rec)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [
+        "runs trained again here that did not reproduce their rows: 1",
+        f"  {line}",
+    ]
+    assert main([*argv, "--rerun", moved]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("did not reproduce their rows: 0")
+    # ``run`` says so as it lands (here: nothing to train, its families untuned)
+    run_argv = ["digits", "run", *argv[2:], "--families", "wrn_std", "--platform", "cpu"]
+    assert main([*run_argv, "--out", str(tmp_path / "out")]) == 0
+    said = [x for x in capsys.readouterr().out.splitlines() if "not reproducing" in x]
+    assert len(said) == 1 and line in said[0] and "--rerun" in said[0]
+
+
 def test_plan_lists_what_rerun_would_train_again_as_left(tmp_path, capsys):
     rec, runs_dir = tmp_path / "runs.jsonl", tmp_path / "runs"
     _tuned(tmp_path / "tuned", rec, {"wrn_std": [50.0] * 6, "e2_ii": [50.0] * 6})
@@ -846,11 +880,12 @@ def test_run_trains_what_the_record_lacks_lands_it_and_rewrites_the_report(tmp_p
     assert len(record.read(str(rec))) == 8  # six tuning rows and the two main runs
     assert main(["digits", "status", *argv]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-4].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]
+    assert lines[-5].split() == ["main", "scaled_digits", "2", "2", "0", "0", "0"]
     assert (
-        lines[-2] == "stream runs in the record that heads still to train will train again here: 0"
+        lines[-3] == "stream runs in the record that heads still to train will train again here: 0"
     )
-    assert lines[-1] == "two-phase runs whose frozen streams are not the record's runs: 0"
+    assert lines[-2] == "two-phase runs whose frozen streams are not the record's runs: 0"
+    assert lines[-1] == "runs trained again here that did not reproduce their rows: 0"
 
 
 def test_run_stops_rewriting_the_report_once_the_study_code_changes(

@@ -108,6 +108,32 @@ def _same(a: dict, b: dict | None) -> bool:
     return b is not None and record.dumps(a) == record.dumps(b)
 
 
+def unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) -> list[str]:
+    """A line per run trained here (it has its checkpoints) that the record holds from
+    elsewhere with other errors (``report.PHASE1_KEYS``), unless it lies under a path of
+    ``replace`` (``--rerun``: its row replaces the record's): a stream trained again for its
+    heads on another CPU model, say. The heads that freeze it are not built on the row they
+    are compared with, and the report does not test their claims."""
+    known = {r["run"]: r for r in record.read(record_path)}
+    out = []
+    for path in record.finished_runs(runs_dir):
+        run_dir, old = os.path.join(runs_dir, path), known.get(path)
+        if old is None or _under(path, replace):
+            continue
+        if not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+            continue
+        with open(os.path.join(run_dir, "results.json")) as f:
+            here = json.load(f)
+        moved = [
+            f"{k} {here.get(k)} here, {old.get(k)} in the record"
+            for k in report.PHASE1_KEYS
+            if here.get(k) != old.get(k)
+        ]
+        if moved:
+            out.append(f"{path} ({'; '.join(moved)})")
+    return out
+
+
 def rerun_prepare(
     runs_dir: str, paths: Sequence[str], dry_run: bool = False
 ) -> list[tuple[str, bool]]:
@@ -438,6 +464,10 @@ def status(study: Study, opts: Options) -> int:
     )
     moved = report.stream_mismatches(judged, {r["run"]: r for r in judged})
     print(f"two-phase runs whose frozen streams are not the record's runs: {_few(moved)}")
+    lines = unreproduced(opts.runs_dir, opts.record, opts.rerun)
+    print(f"runs trained again here that did not reproduce their rows: {len(lines)}")
+    for line in lines:
+        print(f"  {line}")
     return 0
 
 
@@ -457,8 +487,19 @@ def run(study: Study, opts: Options) -> int:
     # and commits rows only and says how to rewrite the report.
     started_with, stale = code_digest(), [False]
 
+    warned: set[str] = set()
+
     def after(final: bool = False) -> None:
         new = land(opts.runs_dir, opts.record, opts.rerun)
+        for line in unreproduced(opts.runs_dir, opts.record, opts.rerun):
+            if line not in warned:
+                warned.add(line)
+                print(
+                    f"study: trained again here, not reproducing its row: {line}; the heads "
+                    "that freeze it are not built on the record's run (their claims stay "
+                    "untested); to let it replace the row, name its path in --rerun",
+                    flush=True,
+                )
         count[0] += new
         undrawn[0] += new
         written = []
