@@ -434,8 +434,9 @@ def status(study: Study, opts: Options) -> int:
     """Per stage and dataset: the planned models, how many have their row in the record, how
     many finished here but have not landed, how many started (a checkpoint) and how many are
     left; then the record's unconverged main runs, the stream runs a head still to train will
-    train again here (in the record, not in this run directory: a fresh machine), and the heads
-    whose frozen streams are not the record's runs."""
+    train again here (in the record, not in this run directory: a fresh machine), the heads
+    whose frozen streams are not the record's runs, and the runs trained again here that did
+    not reproduce their rows (:func:`unreproduced`)."""
     rows = {r["run"]: r for r in record.read(opts.record)}
     print(f"record: {opts.record}: {len(rows)} rows; runs: {opts.runs_dir}")
     w = max([18, *map(len, opts.datasets)])
@@ -486,8 +487,7 @@ def run(study: Study, opts: Options) -> int:
     # would write (and commit) the report of the old code over the new one's. It then lands
     # and commits rows only and says how to rewrite the report.
     started_with, stale = code_digest(), [False]
-
-    warned: set[str] = set()
+    warned: set[str] = set()  # the unreproduced runs already named
 
     def after(final: bool = False) -> None:
         new = land(opts.runs_dir, opts.record, opts.rerun)
