@@ -88,6 +88,9 @@ def test_main_writes_metrics_results_and_last_line(reference):
         assert key in results
     assert results["n_train"] == 100 and results["seed"] == 0 and results["steps"] == 40
     assert results["params"] > 0 and results["wall_time_s"] > 0
+    import jax
+
+    assert results["host"]["jax"] == jax.__version__ and results["host"]["cpu"].strip()
     records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
     for rec in records:
         assert {"step", "epoch", "split", "loss", "error"} <= set(rec)

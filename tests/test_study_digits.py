@@ -399,14 +399,19 @@ def test_a_run_trained_again_here_that_does_not_reproduce_its_row_is_named(tmp_p
     that reproduces its row, or a finished run copied here without checkpoints, is not named."""
     rec, elsewhere, runs_dir = tmp_path / "runs.jsonl", tmp_path / "elsewhere", tmp_path / "runs"
     moved, same, copied = (f"main/scaled_digits/wrn_std/n20/seed_{k}" for k in range(3))
+    there, here = ({"cpu": c, "jax": "0.10.2", "jaxlib": "0.10.2"} for c in ("CPU A", "CPU B"))
     for path in (moved, same, copied):
-        _fake_run(elsewhere / path, 2.5, val_error=12.0)
+        _fake_run(elsewhere / path, 2.5, val_error=12.0, host=there)
     assert run.land(str(elsewhere), str(rec)) == 3
+    assert [r["host"] for r in record.read(str(rec))] == [there] * 3  # rows keep the host
     for path, test_error in ((moved, 2.8), (same, 2.5), (copied, 2.9)):
-        _fake_run(runs_dir / path, test_error, val_error=12.0)
+        _fake_run(runs_dir / path, test_error, val_error=12.0, host=here)
     for path in (moved, same):
         (runs_dir / path / "checkpoints").mkdir()
-    line = f"{moved} (test_error 2.8 here, 2.5 in the record)"
+    line = (
+        f"{moved} (test_error 2.8 here, 2.5 in the record; "
+        "trained on 'CPU A' for the record, on 'CPU B' here)"
+    )
     assert run.unreproduced(str(runs_dir), str(rec)) == [line]
     assert run.unreproduced(str(runs_dir), str(rec), [os.path.dirname(moved)]) == []
     argv = ["digits", "status", "--stage", "main", "--datasets", "scaled_digits"]

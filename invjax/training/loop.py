@@ -66,6 +66,27 @@ class RunIOError(OSError):
     failure and the last good checkpoint, which is kept."""
 
 
+def host() -> dict:
+    """Where a run trained, beyond its ``device_kind``: ``cpu``, the processor's model name
+    (Linux's ``/proc/cpuinfo``, else :func:`platform.processor`), and the ``jax`` and
+    ``jaxlib`` versions. XLA compiles different CPU code for different processors and
+    versions, so a run trained again elsewhere from the same seed can end a few test images
+    apart: this says which runs could be bit-identical."""
+    import platform
+
+    import jaxlib
+
+    cpu = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1] for ln in f if ln.startswith("model name")), "")
+    return {
+        "cpu": " ".join(cpu.split()) or platform.processor() or platform.machine(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+    }
+
+
 def checkpoint_due(step: int, steps_per_epoch: int, num_steps: int, tc) -> bool:
     """Whether a checkpoint is saved after ``step``: every ``train.checkpoint_every_steps``
     steps, at every ``train.checkpoint_every_epochs``-th epoch end (default 1: each), and at
@@ -398,6 +419,7 @@ class _Loop:
             "images_per_s": (self.step - self.step0) * self.bsz / max(now - self.t_start, 1e-9),
             "devices": int(self.mesh.devices.size),
             "device_kind": jax.devices()[0].device_kind,
+            "host": host(),
             "precision": exp.precision,
             "eval_precision": exp.eval_precision,
             "certificate": self.certificate(final),

@@ -265,6 +265,9 @@ def row(run: str, run_dir: str, runs_root: str, known: dict | None = None) -> di
     out["convergence"] = conv
     out["device"] = _device(r)
     out["trained_on"] = sorted(devices)
+    # the processor and jax versions (None for runs that predate them): what a run trained
+    # again must share to reproduce its row bit for bit
+    out["host"] = r.get("host")
     out["wall_time_s"] = r.get("wall_time_s")
     if phase1:
         # the head's own time: wall_time_s adds every stream's, trained by this command or reused

@@ -129,6 +129,9 @@ def unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) -
             for k in report.PHASE1_KEYS
             if here.get(k) != old.get(k)
         ]
+        hosts = [(h or {}).get("cpu") for h in (old.get("host"), here.get("host"))]
+        if moved and all(hosts):
+            moved.append(f"trained on {hosts[0]!r} for the record, on {hosts[1]!r} here")
         if moved:
             out.append(f"{path} ({'; '.join(moved)})")
     return out
