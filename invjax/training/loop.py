@@ -70,7 +70,7 @@ def host() -> dict:
     """Where a run trained, beyond its ``device_kind``: ``cpu``, the processor's model name
     (Linux's ``/proc/cpuinfo``, else :func:`platform.processor`), and the ``jax`` and
     ``jaxlib`` versions. XLA compiles different CPU code for different processors and
-    versions, so a run trained again elsewhere from the same seed can end a few test images
+    versions, so a run trained again elsewhere from the same seed can end tens of test images
     apart: this says which runs could be bit-identical."""
     import platform
 
