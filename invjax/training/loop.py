@@ -69,9 +69,9 @@ class RunIOError(OSError):
 def host() -> dict:
     """Where a run trained, beyond its ``device_kind``: ``cpu``, the processor's model name
     (Linux's ``/proc/cpuinfo``, else :func:`platform.processor`), and the ``jax`` and
-    ``jaxlib`` versions. XLA compiles different CPU code for different processors and
-    versions, so a run trained again elsewhere from the same seed can end tens of test images
-    apart: this says which runs could be bit-identical."""
+    ``jaxlib`` versions. XLA can compile different CPU code for other processors and versions,
+    and a run trained again elsewhere from the same seed has ended tens of test images apart:
+    this says which runs could be bit-identical."""
     import platform
 
     import jaxlib
