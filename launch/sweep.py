@@ -533,6 +533,7 @@ def run_local(
     per_gpu: int = 1,
     on_done: Callable[[Run, int], None] | None = None,
     stop: Callable[[], bool] | None = None,
+    skip: Callable[[Run], str | None] | None = None,
 ) -> int:
     """Run the sweep here on ``parallel`` slots, finished runs skipped.
 
@@ -541,7 +542,8 @@ def run_local(
     no slot idles while a run is ready (one that failed counts as ended: the run after it
     trains or resumes the stream itself). ``per_gpu``: slots sharing a GPU (:func:`slot_envs`).
     ``on_done(run, status)`` is called after each run, one call at a time; no run starts once
-    ``stop()`` is true (those running finish).
+    ``stop()`` is true (those running finish). ``skip(run)``, asked once a run is ready (what
+    it reuses has ended): a reason not to train it, printed instead of starting it, or None.
     Returns 0, 1 if a command failed, or 128 + n after signal n (module docstring).
     """
     envs = (
@@ -603,6 +605,11 @@ def run_local(
                     i = pending[0]
                 if i is not None:
                     pending.remove(i)
+                    why = skip(todo[i]) if skip is not None else None
+                    if why:  # ended without training: what waits on it may go on
+                        say(f"sweep: not starting {todo[i].workdir}: {why}")
+                        ended.add(i)
+                        continue
                     running[0] += 1
                     return i
                 ready.wait(timeout=1.0)  # wakes when a run ends; the timeout sees a signal

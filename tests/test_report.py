@@ -276,6 +276,31 @@ def test_sweep_local_starts_a_head_once_the_runs_it_reuses_ended_and_fills_free_
     assert len(order) == 8, order
 
 
+def test_sweep_local_does_not_start_a_run_that_skip_names_and_goes_on(tmp_path, capsys):
+    """``skip(run)`` is asked once a run is ready: a reason keeps it from starting (printed
+    with its workdir) and counts as its end, so the head that would reuse its stream starts
+    (and trains that stream itself) and the other runs train as before."""
+
+    def timed(name, seconds, **phase1):
+        overrides = {f"phase1.{s}.workdir": str(tmp_path / w) for s, w in phase1.items()}
+        return _Timed(name, "x", overrides, (str(seconds), 0), str(tmp_path / name), bool(phase1))
+
+    runs = [timed("a", 0.5), timed("h1", 0.2, e2="a"), timed("h2", 0.2, scale="h1/streams/x")]
+    asked = []
+
+    def skip(run):
+        asked.append(run.experiment)
+        return "its stream did not reproduce" if run.experiment == "h1" else None
+
+    assert sweep.run_local(runs, 2, None, "cpu", skip=skip) == 0
+    events = (tmp_path / "LOG").read_text().split()
+    started = sorted(f"{e} {n}" for e, n in zip(events[::2], events[1::2]))
+    assert started == ["end a", "end h2", "start a", "start h2"], events
+    assert sorted(asked) == ["a", "h1", "h2"]  # each once
+    out = capsys.readouterr().out
+    assert f"sweep: not starting {tmp_path / 'h1'}: its stream did not reproduce" in out
+
+
 def test_sweep_local_runs_side_by_side_and_resumes(tmp_path):
     """Two tiny runs at once, each on its own 2 forced CPU devices; a second call skips the
     finished runs and resumes an unfinished one from its checkpoint."""
