@@ -78,6 +78,32 @@ def reference(tmp_path_factory):
     return workdir, proc
 
 
+def test_host_names_the_processor_beyond_its_model_name(tmp_path):
+    """Two processors a virtual machine names alike (``AMD EPYC``) differ in ``cpu_id`` or
+    ``cpu_flags``, read from the first processor's block of ``/proc/cpuinfo``; the flags'
+    digest ignores their order."""
+    from invjax.training.loop import host
+
+    def info(family: str, flags: str) -> dict:
+        block = (
+            f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\n"
+            f"model\t\t: 1\nmodel name\t: AMD  EPYC\nstepping\t: 1\nflags\t\t: {flags}\n"
+        )
+        path = tmp_path / f"cpuinfo_{family}_{len(flags)}_{flags[:3]}"
+        # a second processor's block, other values: not read
+        path.write_text(block + "\n" + block.replace(family, "99").replace(flags, "x"))
+        return host(str(path))
+
+    a = info("25", "fpu sse2 avx2 fma")
+    assert a["cpu"] == "AMD EPYC" and a["cpu_id"] == "AuthenticAMD 25/1/1"
+    assert a["jax"] == jax.__version__ and len(a["cpu_flags"]) == 12
+    assert info("25", "avx2 fma fpu sse2")["cpu_flags"] == a["cpu_flags"]  # order
+    assert info("25", "fpu sse2 avx2 fma avx512f")["cpu_flags"] != a["cpu_flags"]
+    assert info("23", "fpu sse2 avx2 fma")["cpu_id"] == "AuthenticAMD 23/1/1"
+    bare = host(str(tmp_path / "absent"))  # no /proc/cpuinfo (macOS): the model name only
+    assert bare["cpu"] and "cpu_id" not in bare and "cpu_flags" not in bare
+
+
 @pytest.mark.slow
 def test_main_writes_metrics_results_and_last_line(reference):
     workdir, proc = reference
@@ -91,6 +117,8 @@ def test_main_writes_metrics_results_and_last_line(reference):
     import jax
 
     assert results["host"]["jax"] == jax.__version__ and results["host"]["cpu"].strip()
+    if os.path.isfile("/proc/cpuinfo") and hasattr(os, "sched_getaffinity"):
+        assert results["host"]["cpus"] == len(os.sched_getaffinity(0))
     records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
     for rec in records:
         assert {"step", "epoch", "split", "loss", "error"} <= set(rec)

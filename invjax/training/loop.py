@@ -33,6 +33,7 @@ epoch, the wall time so far and every evaluation record (``metrics.jsonl`` is re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -66,25 +67,43 @@ class RunIOError(OSError):
     failure and the last good checkpoint, which is kept."""
 
 
-def host() -> dict:
+def host(cpuinfo: str = "/proc/cpuinfo") -> dict:
     """Where a run trained, beyond its ``device_kind``: ``cpu``, the processor's model name
     (Linux's ``/proc/cpuinfo``, else :func:`platform.processor`), and the ``jax`` and
     ``jaxlib`` versions. XLA can compile different CPU code for other processors and versions,
     and a run trained again elsewhere from the same seed has ended tens of test images apart:
-    this says which runs could be bit-identical."""
+    this says which runs could be bit-identical. A virtual machine may name different
+    processors alike (``AMD EPYC``), so on Linux it adds what XLA's code depends on:
+    ``cpu_id`` (vendor, family, model and stepping), ``cpu_flags`` (a digest of the
+    instruction-set flags) and ``cpus``, the cores this process may use (the threads XLA
+    splits its work over)."""
     import platform
 
     import jaxlib
 
-    cpu = ""
+    info: dict[str, str] = {}
     with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1] for ln in f if ln.startswith("model name")), "")
-    return {
-        "cpu": " ".join(cpu.split()) or platform.processor() or platform.machine(),
+        with open(cpuinfo) as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block describes them all
+                key, _, value = line.partition(":")
+                info[key.strip()] = " ".join(value.split())
+    out = {
+        "cpu": info.get("model name") or platform.processor() or platform.machine(),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
     }
+    ident = [info.get(k) for k in ("vendor_id", "cpu family", "model", "stepping")]
+    if all(ident):
+        out["cpu_id"] = f"{ident[0]} {'/'.join(ident[1:])}"
+    flags = info.get("flags") or info.get("Features")  # x86, ARM
+    if flags:
+        digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()
+        out["cpu_flags"] = digest[:12]
+    if hasattr(os, "sched_getaffinity"):
+        out["cpus"] = len(os.sched_getaffinity(0))
+    return out
 
 
 def checkpoint_due(step: int, steps_per_epoch: int, num_steps: int, tc) -> bool:
