@@ -431,6 +431,48 @@ def test_a_run_trained_again_here_that_does_not_reproduce_its_row_is_named(tmp_p
     assert len(said) == 1 and line in said[0] and "--rerun" in said[0]
 
 
+def test_a_head_on_a_stream_that_did_not_reproduce_its_row_does_not_train(tmp_path, capsys):
+    """A head whose phase 1 would freeze a stream run of the record that was trained again
+    here with other errors is not started (one line naming the stream, both errors, both
+    processors and the way out), in one slot or in several; a head on a stream that
+    reproduced, or whose path ``--rerun`` names, would train."""
+    rec, elsewhere, runs_dir = tmp_path / "runs.jsonl", tmp_path / "elsewhere", tmp_path / "runs"
+    moved, same = (f"main/scaled_digits/wrn_std/n20/seed_{k}" for k in range(2))
+    there = {"cpu": "AMD EPYC", "cpu_id": "AuthenticAMD 25/1/1", "jax": "0.10.2"}
+    here = there | {"cpu_id": "AuthenticAMD 23/49/0"}
+    for path in (moved, same):
+        _fake_run(elsewhere / path, 2.5, val_error=12.0, host=there)
+    assert run.land(str(elsewhere), str(rec)) == 2
+    for path, test_error in ((moved, 2.8), (same, 2.5)):
+        _fake_run(runs_dir / path, test_error, val_error=12.0, host=here)
+        (runs_dir / path / "checkpoints").mkdir()
+
+    def head(stream: str, name: str) -> sweep.Run:
+        overrides = {"phase1.std.workdir": str(runs_dir / stream), "seed": 0}
+        workdir = str(runs_dir / "main/scaled_digits" / name / "n20/seed_0")
+        return sweep.Run(name, "digits_triple", overrides, ("n20", 0), workdir, True)
+
+    why = run.unreproduced_stream(str(runs_dir), str(rec))
+    bad, good = head(moved, "bad"), head(same, "good")
+    said = why(bad)
+    assert said.startswith("the stream run it would freeze, trained again here, did not ")
+    assert (
+        f"{moved} (test_error 2.8 here, 2.5 in the record; trained on cpu_id "
+        "'AuthenticAMD 25/1/1' for the record, 'AuthenticAMD 23/49/0' here)" in said
+    )
+    assert "--rerun" in said
+    assert why(good) is None
+    assert why(dataclasses.replace(bad, multi=False)) is None  # a single stream trains
+    assert run.unreproduced_stream(str(runs_dir), str(rec), [moved])(bad) is None
+    # the runner does not start it, alone or side by side (nothing else to train here)
+    for parallel in (1, 2):
+        opts = run.Options(runs_dir=str(runs_dir), record=str(rec), parallel=parallel)
+        assert run.run_groups([bad], opts, lambda: None, lambda r: False) == 0
+        out = capsys.readouterr().out
+        assert f"sweep: not starting {bad.workdir}: {said}" in out
+        assert not os.path.exists(bad.workdir)
+
+
 def test_plan_lists_what_rerun_would_train_again_as_left(tmp_path, capsys):
     rec, runs_dir = tmp_path / "runs.jsonl", tmp_path / "runs"
     _tuned(tmp_path / "tuned", rec, {"wrn_std": [50.0] * 6, "e2_ii": [50.0] * 6})

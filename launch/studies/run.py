@@ -112,10 +112,16 @@ def unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) -
     """A line per run trained here (it has its checkpoints) that the record holds from
     elsewhere with other errors (``report.PHASE1_KEYS``), unless it lies under a path of
     ``replace`` (``--rerun``: its row replaces the record's): a stream trained again for its
-    heads on another CPU model, say. The heads that freeze it are not built on the row they
-    are compared with, and the report does not test their claims."""
+    heads on another processor, say. The heads that freeze it would not be built on the row
+    they are compared with: the report does not test their claims, and ``run`` does not train
+    them (:func:`unreproduced_stream`)."""
+    return [f"{p} ({why})" for p, why in _unreproduced(runs_dir, record_path, replace).items()]
+
+
+def _unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) -> dict:
+    """:func:`unreproduced` as ``{run path: what differs}``."""
     known = {r["run"]: r for r in record.read(record_path)}
-    out = []
+    out = {}
     for path in record.finished_runs(runs_dir):
         run_dir, old = os.path.join(runs_dir, path), known.get(path)
         if old is None or _under(path, replace):
@@ -129,12 +135,51 @@ def unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) -
             for k in report.PHASE1_KEYS
             if here.get(k) != old.get(k)
         ]
-        hosts = [(h or {}).get("cpu") for h in (old.get("host"), here.get("host"))]
-        if moved and all(hosts):
-            moved.append(f"trained on {hosts[0]!r} for the record, on {hosts[1]!r} here")
         if moved:
-            out.append(f"{path} ({'; '.join(moved)})")
+            moved += _host_differences(old.get("host"), here.get("host"))
+            out[path] = "; ".join(moved)
     return out
+
+
+def _host_differences(there: dict | None, here: dict | None) -> list[str]:
+    """What the two ``host`` records (:func:`invjax.training.loop.host`) that both hold say
+    differently; nothing if either is missing (a row that predates them)."""
+    if not there or not here:
+        return []
+    return [
+        f"trained on {k} {there[k]!r} for the record, {here[k]!r} here"
+        if k != "cpu"
+        else f"trained on {there[k]!r} for the record, on {here[k]!r} here"
+        for k in sorted(set(there) & set(here), key=lambda k: (k != "cpu", k))
+        if there[k] != here[k]
+    ]
+
+
+def unreproduced_stream(runs_dir: str, record_path: str, replace: Sequence[str] = ()):
+    """``why(run)``: for a two-phase run whose phase 1 would freeze a stream run of the record
+    that was trained again here and did not reproduce its row (:func:`unreproduced`), a
+    sentence naming it and what to do; None for any other run. The study's runner does not
+    train such a head: the report would leave its claims untested, after hours of training."""
+
+    def why(run) -> str | None:
+        if not run.multi:
+            return None
+        bad = _unreproduced(runs_dir, record_path, replace)
+        paths = [
+            rel(runs_dir, wd)
+            for key, wd in sorted(run.overrides.items())
+            if key.startswith("phase1.") and key.endswith(".workdir") and wd
+        ]
+        hits = [f"{p} ({bad[p]})" for p in paths if p in bad]
+        if not hits:
+            return None
+        return (
+            f"the stream run it would freeze, trained again here, did not reproduce its row: "
+            f"{'; '.join(hits)}. Train it where that run reproduces (the same processor and "
+            "jax), or name the stream's path in --rerun to let its row be replaced"
+        )
+
+    return why
 
 
 def rerun_prepare(
@@ -275,6 +320,7 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
     have ended (:func:`launch.sweep.run_local`); no run starts once the budget is spent.
     """
     runs = [r for r in runs if not done(r)]
+    skip = unreproduced_stream(opts.runs_dir, opts.record, opts.rerun)
     if opts.parallel > 1:
         if over_budget(opts):
             return 0
@@ -286,6 +332,7 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
             per_gpu=opts.runs_per_gpu,
             on_done=lambda run, code: after(),
             stop=lambda: over_budget(opts),
+            skip=skip,
         )
         return code
     status = 0
@@ -294,6 +341,9 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
             continue
         if over_budget(opts):
             return status
+        if why := skip(run):
+            print(f"sweep: not starting {run.workdir}: {why}", flush=True)
+            continue
         code = sweep.run_local([run], 1, None, opts.platform)
         after()
         if code >= STOPPED:
@@ -499,7 +549,7 @@ def run(study: Study, opts: Options) -> int:
                 warned.add(line)
                 print(
                     f"study: trained again here, not reproducing its row: {line}; the heads "
-                    "that freeze it are not built on the record's run (their claims stay "
+                    "that would freeze it do not train here (on it their claims would stay "
                     "untested); to let it replace the row, name its path in --rerun",
                     flush=True,
                 )
