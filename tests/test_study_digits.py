@@ -464,6 +464,12 @@ def test_a_head_on_a_stream_that_did_not_reproduce_its_row_does_not_train(tmp_pa
     assert why(good) is None
     assert why(dataclasses.replace(bad, multi=False)) is None  # a single stream trains
     assert run.unreproduced_stream(str(runs_dir), str(rec), [moved])(bad) is None
+    # before training: which record runs to train again came from another processor
+    rows = {r["run"]: r for r in record.read(str(rec))}
+    rows["main/old"] = {"host": {"cpu": "AMD EPYC", "jax": "0.10.2"}}  # no cpu_id: unknown
+    assert run.elsewhere(rows, [same, "main/old", moved], there) == ([], ["main/old"])
+    line = "trained on cpu_id 'AuthenticAMD 25/1/1' for the record, 'AuthenticAMD 23/49/0' here"
+    assert run.elsewhere(rows, [moved, "main/old"], here) == ([f"{moved} ({line})"], ["main/old"])
     # the runner does not start it, alone or side by side (nothing else to train here)
     for parallel in (1, 2):
         opts = run.Options(runs_dir=str(runs_dir), record=str(rec), parallel=parallel)

@@ -155,6 +155,26 @@ def _host_differences(there: dict | None, here: dict | None) -> list[str]:
     ]
 
 
+def elsewhere(rows: dict, paths, here: dict | None = None) -> tuple[list[str], list[str]]:
+    """Of the record runs ``paths`` (``rows``: run path -> row), about to train again here:
+    ``PATH (what differs)`` for each whose row was trained on another processor or jax than
+    ``here`` (default: this machine's :func:`invjax.training.loop.host`), which will most likely
+    not reproduce it, and the paths whose row names no processor beyond its model name (older
+    rows: whether they reproduce shows once they are trained)."""
+    if here is None:
+        from invjax.training.loop import host
+
+        here = host()
+    other, unknown = [], []
+    for path in sorted(paths):
+        there = rows[path].get("host") or {}
+        if "cpu_id" not in there:
+            unknown.append(path)
+        elif differs := _host_differences(there, here):
+            other.append(f"{path} ({'; '.join(differs)})")
+    return other, unknown
+
+
 def unreproduced_stream(runs_dir: str, record_path: str, replace: Sequence[str] = ()):
     """``why(run)``: for a two-phase run whose phase 1 would freeze a stream run of the record
     that was trained again here and did not reproduce its row (:func:`unreproduced`), a
@@ -516,6 +536,15 @@ def status(study: Study, opts: Options) -> int:
     print(
         f"stream runs in the record that heads still to train will train again here: {_few(again)}"
     )
+    if again:
+        other, unknown = elsewhere(rows, again)
+        print(
+            "  of them trained on another processor or jax, most likely not to reproduce (their "
+            f"heads would not train here): {len(other)}"
+        )
+        for line in other:
+            print(f"    {line}")
+        print(f"  of them with no processor recorded beyond its name: {len(unknown)}")
     moved = report.stream_mismatches(judged, {r["run"]: r for r in judged})
     print(f"two-phase runs whose frozen streams are not the record's runs: {_few(moved)}")
     lines = unreproduced(opts.runs_dir, opts.record, opts.rerun)
@@ -594,6 +623,16 @@ def run(study: Study, opts: Options) -> int:
             for _ in range(2 if stage == "tune" else 1):  # single streams, then the heads
                 rows = {r["run"]: r for r in record.read(opts.record)}
                 runs, svms, note = planned(study, opts, stage, dataset, rows)
+                other, _ = elsewhere(rows, retrained_streams(opts.runs_dir, runs, rows))
+                for line in other:
+                    if line not in warned:
+                        warned.add(line)
+                        print(
+                            f"study: to train again here, its row from another processor or "
+                            f"jax: {line}; it will most likely not reproduce its row, and the "
+                            "heads that would freeze it then do not train",
+                            flush=True,
+                        )
                 run_svms(svms, opts, after, rows)
                 todo = {r.workdir for r in still_to_train(opts.runs_dir, runs, rows, opts.rerun)}
                 done = functools.partial(_not_in, todo)
