@@ -534,6 +534,8 @@ def run_local(
     on_done: Callable[[Run, int], None] | None = None,
     stop: Callable[[], bool] | None = None,
     skip: Callable[[Run], str | None] | None = None,
+    watch: Callable[[Run], str | None] | None = None,
+    watch_every: float = 30.0,
 ) -> int:
     """Run the sweep here on ``parallel`` slots, finished runs skipped.
 
@@ -544,6 +546,8 @@ def run_local(
     ``on_done(run, status)`` is called after each run, one call at a time; no run starts once
     ``stop()`` is true (those running finish). ``skip(run)``, asked once a run is ready (what
     it reuses has ended): a reason not to train it, printed instead of starting it, or None.
+    ``watch(run)``, asked every ``watch_every`` seconds while a run trains: a reason to stop
+    it (SIGTERM: it saves a checkpoint and exits), printed; such a run has not failed.
     Returns 0, 1 if a command failed, or 128 + n after signal n (module docstring).
     """
     envs = (
@@ -555,7 +559,7 @@ def run_local(
     pending, ended, running = list(range(len(todo))), set(), [0]
     ready = threading.Condition()
     done_lock = threading.Lock()
-    failed, stopped, lock, counter = [], [], threading.Lock(), [0]
+    failed, stopped, cut, lock, counter = [], [], [], threading.Lock(), [0]
     stopper = _Stopper(threading.Lock())
 
     def say(line: str) -> None:  # one line at a time: slots print from their own threads
@@ -581,11 +585,23 @@ def run_local(
             counter[0] += 1
             i = counter[0]
         say(f"[{i}/{len(todo)}] slot {slot} {state}: {cmd}")
+        why = None
+        while watch is not None and why is None:
+            try:
+                proc.wait(timeout=watch_every)
+                break
+            except subprocess.TimeoutExpired:
+                if why := watch(run):
+                    say(f"sweep: stopping {run.workdir}: {why}")
+                    with contextlib.suppress(OSError):  # it has just ended
+                        proc.send_signal(signal.SIGTERM)
         status = stopper.wait(proc)
         took = time.perf_counter() - t
         say(f"[{i}/{len(todo)}] slot {slot} exit {status} after {took:.0f} s")
         with lock:
-            if stopper.passed is not None and status == 128 + stopper.passed:
+            if why is not None:
+                cut.append(cmd)
+            elif stopper.passed is not None and status == 128 + stopper.passed:
                 stopped.append(cmd)
             elif status:
                 failed.append(cmd)
@@ -635,6 +651,8 @@ def run_local(
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
+    if cut:
+        print(f"{len(cut)} of {len(todo)} commands stopped by the watch (above)")
     if failed:
         print(f"{len(failed)} of {len(todo)} commands failed:", *failed, sep="\n  ")
     if stopper.signum is not None:

@@ -301,6 +301,34 @@ def test_sweep_local_does_not_start_a_run_that_skip_names_and_goes_on(tmp_path, 
     assert f"sweep: not starting {tmp_path / 'h1'}: its stream did not reproduce" in out
 
 
+def test_sweep_local_stops_a_run_that_watch_names_and_goes_on(tmp_path, capsys):
+    """``watch(run)``, asked while a run trains, stops it with SIGTERM once it gives a reason
+    (printed): the run ends there, has not failed, and the head that waits on it starts."""
+
+    def timed(name, seconds, **phase1):
+        overrides = {f"phase1.{s}.workdir": str(tmp_path / w) for s, w in phase1.items()}
+        return _Timed(name, "x", overrides, (str(seconds), 0), str(tmp_path / name), bool(phase1))
+
+    runs = [timed("a", 600.0), timed("h", 0.2, e2="a")]
+    watched = []
+
+    def watch(run):
+        watched.append(run.experiment)
+        return "it departs from its row" if run.experiment == "a" else None
+
+    assert sweep.run_local(runs, 1, None, "cpu", watch=watch, watch_every=0.2) == 0
+    events = (tmp_path / "LOG").read_text().split()
+    assert [f"{e} {n}" for e, n in zip(events[::2], events[1::2])] == [
+        "start a",
+        "start h",
+        "end h",
+    ]
+    assert watched[0] == "a" and "a" not in watched[1:]  # asked no more once it said why
+    out = capsys.readouterr().out
+    assert f"sweep: stopping {tmp_path / 'a'}: it departs from its row" in out
+    assert "1 of 2 commands stopped by the watch" in out and "failed" not in out
+
+
 def test_sweep_local_runs_side_by_side_and_resumes(tmp_path):
     """Two tiny runs at once, each on its own 2 forced CPU devices; a second call skips the
     finished runs and resumes an unfinished one from its checkpoint."""
