@@ -479,6 +479,52 @@ def test_a_head_on_a_stream_that_did_not_reproduce_its_row_does_not_train(tmp_pa
         assert not os.path.exists(bad.workdir)
 
 
+def test_a_stream_trained_again_that_departs_from_its_row_is_stopped_and_named(tmp_path):
+    """A record run trained again here is compared with its row's curve as it trains
+    (``departing``, the runner's watch): the first epoch whose training loss, at the row's 4
+    significant digits, differs stops it. Unfinished, with its checkpoints, it is then named by
+    ``unreproduced``, not started again, and the heads that would freeze it do not train; a run
+    that keeps to its row's curve, a run not in the record and ``--rerun``'s paths go on."""
+    rec, elsewhere, runs_dir = tmp_path / "runs.jsonl", tmp_path / "elsewhere", tmp_path / "runs"
+    moved, same = (f"main/scaled_digits/wrn_std/n20/seed_{k}" for k in range(2))
+    for path in (moved, same):
+        _fake_run(elsewhere / path, 2.5)
+    assert run.land(str(elsewhere), str(rec)) == 2
+    for path in (moved, same):  # training again, at epoch 5 of 20; one at another loss
+        d = runs_dir / path
+        (d / "checkpoints").mkdir(parents=True)
+        loss = 0.3001 if path == moved else 0.30001  # the latter rounds to the row's 0.3
+        lines = [{"epoch": e, "split": "train", "loss": 0.3, "error": 5.0} for e in (1, 2)]
+        lines += [{"epoch": e, "split": "train", "loss": loss, "error": 5.0} for e in (3, 4, 5)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rows = {r["run"]: r for r in record.read(str(rec))}
+    assert run.curve_departs(str(runs_dir / same), rows[same]) is None
+    departs = "training loss at epoch 3 0.3001 here, 0.3 in the record"
+    assert run.curve_departs(str(runs_dir / moved), rows[moved]) == departs
+
+    def single(path: str) -> sweep.Run:
+        return sweep.Run("wrn_std", "digits_wrn", {}, ("n20", 0), str(runs_dir / path))
+
+    watch = run.departing(str(runs_dir), str(rec))
+    assert watch(single(moved)) == (
+        f"trained again here, its {departs}: it will not reproduce its row, and the heads "
+        "that would freeze it do not train here"
+    )
+    assert watch(single(same)) is None and watch(single("main/not/in/record")) is None
+    assert run.departing(str(runs_dir), str(rec), [moved])(single(moved)) is None
+    assert run.unreproduced(str(runs_dir), str(rec)) == [f"{moved} (unfinished: {departs})"]
+    skip = run.unreproduced_stream(str(runs_dir), str(rec))
+    assert skip(single(moved)).startswith(
+        f"trained again here, it does not reproduce its row: {moved} (unfinished: {departs})"
+    )
+    assert skip(single(same)) is None
+    overrides = {"phase1.std.workdir": str(runs_dir / moved)}
+    workdir = str(runs_dir / "main/scaled_digits/triple/n20/seed_0")
+    head = sweep.Run("triple", "digits_triple", overrides, ("n20", 0), workdir, True)
+    assert f"{moved} (unfinished: {departs})" in skip(head)
+    assert run.unreproduced_stream(str(runs_dir), str(rec), [moved])(head) is None
+
+
 def test_plan_lists_what_rerun_would_train_again_as_left(tmp_path, capsys):
     rec, runs_dir = tmp_path / "runs.jsonl", tmp_path / "runs"
     _tuned(tmp_path / "tuned", rec, {"wrn_std": [50.0] * 6, "e2_ii": [50.0] * 6})

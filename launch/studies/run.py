@@ -118,10 +118,34 @@ def unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) -
     return [f"{p} ({why})" for p, why in _unreproduced(runs_dir, record_path, replace).items()]
 
 
+def curve_departs(run_dir: str, row: dict) -> str | None:
+    """Where the run training in ``run_dir`` has left the curve of ``row``, its row in the
+    record (the training loss and validation error at the epochs the row keeps, to its 4
+    significant digits): the first epoch that differs, as a phrase; None while they agree (a run
+    that reproduces its row agrees at every epoch, so this never stops one; a small drift can
+    stay hidden by the rounding for some epochs)."""
+    mine = record.thin(record.curve(run_dir), points=10**9)
+    theirs = row.get("curve") or {}
+    for key, what in (("train_loss", "training loss"), ("val_error", "validation error")):
+        here = dict(map(tuple, mine.get(key, [])))
+        for epoch, value in theirs.get(key, []):
+            if epoch in here and here[epoch] != value:
+                return f"{what} at epoch {epoch} {here[epoch]} here, {value} in the record"
+    return None
+
+
 def _unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) -> dict:
-    """:func:`unreproduced` as ``{run path: what differs}``."""
+    """:func:`unreproduced` as ``{run path: what differs}``, with the record runs training here
+    again, unfinished, whose curve already departs from their row's (:func:`curve_departs`)."""
     known = {r["run"]: r for r in record.read(record_path)}
     out = {}
+    for path, old in known.items():
+        run_dir = os.path.join(runs_dir, path)
+        if _under(path, replace) or os.path.isfile(os.path.join(run_dir, "results.json")):
+            continue
+        if os.path.isdir(os.path.join(run_dir, "checkpoints")):
+            if departs := curve_departs(run_dir, old):
+                out[path] = f"unfinished: {departs}"
     for path in record.finished_runs(runs_dir):
         run_dir, old = os.path.join(runs_dir, path), known.get(path)
         if old is None or _under(path, replace):
@@ -176,15 +200,23 @@ def elsewhere(rows: dict, paths, here: dict | None = None) -> tuple[list[str], l
 
 
 def unreproduced_stream(runs_dir: str, record_path: str, replace: Sequence[str] = ()):
-    """``why(run)``: for a two-phase run whose phase 1 would freeze a stream run of the record
-    that was trained again here and did not reproduce its row (:func:`unreproduced`), a
-    sentence naming it and what to do; None for any other run. The study's runner does not
-    train such a head: the report would leave its claims untested, after hours of training."""
+    """``why(run)``, the study runner's reason not to start a run: a record run trained again
+    here that did not reproduce its row, or departs from it (:func:`unreproduced`), is not
+    trained further, and no two-phase run whose phase 1 would freeze one trains: the report
+    would leave its claims untested, after hours of training. A sentence naming the run, what
+    differs and what to do; None for any other run."""
 
     def why(run) -> str | None:
+        bad = _unreproduced(runs_dir, record_path, replace)
+        own = rel(runs_dir, run.workdir)
+        if own in bad:
+            return (
+                f"trained again here, it does not reproduce its row: {own} ({bad[own]}). Train "
+                "it where it reproduces (the same processor and jax), or name its path in "
+                "--rerun to let its row be replaced"
+            )
         if not run.multi:
             return None
-        bad = _unreproduced(runs_dir, record_path, replace)
         paths = [
             rel(runs_dir, wd)
             for key, wd in sorted(run.overrides.items())
@@ -197,6 +229,28 @@ def unreproduced_stream(runs_dir: str, record_path: str, replace: Sequence[str] 
             f"the stream run it would freeze, trained again here, did not reproduce its row: "
             f"{'; '.join(hits)}. Train it where that run reproduces (the same processor and "
             "jax), or name the stream's path in --rerun to let its row be replaced"
+        )
+
+    return why
+
+
+def departing(runs_dir: str, record_path: str, replace: Sequence[str] = ()):
+    """``why(run)`` while ``run`` trains: for a record run trained again here (a stream its
+    heads need, on a new machine) whose curve has left its row's (:func:`curve_departs`), a
+    reason to stop it, minutes in instead of at its end; None otherwise and for ``--rerun``'s
+    paths (their rows are to be replaced)."""
+    known = {r["run"]: r for r in record.read(record_path)}
+
+    def why(run) -> str | None:
+        path = rel(runs_dir, run.workdir)
+        if path not in known or _under(path, replace):
+            return None
+        departs = curve_departs(run.workdir, known[path])
+        if departs is None:
+            return None
+        return (
+            f"trained again here, its {departs}: it will not reproduce its row, and the heads "
+            "that would freeze it do not train here"
         )
 
     return why
@@ -341,6 +395,7 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
     """
     runs = [r for r in runs if not done(r)]
     skip = unreproduced_stream(opts.runs_dir, opts.record, opts.rerun)
+    watch = departing(opts.runs_dir, opts.record, opts.rerun)
     if opts.parallel > 1:
         if over_budget(opts):
             return 0
@@ -353,6 +408,7 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
             on_done=lambda run, code: after(),
             stop=lambda: over_budget(opts),
             skip=skip,
+            watch=watch,
         )
         return code
     status = 0
@@ -364,7 +420,7 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
         if why := skip(run):
             print(f"sweep: not starting {run.workdir}: {why}", flush=True)
             continue
-        code = sweep.run_local([run], 1, None, opts.platform)
+        code = sweep.run_local([run], 1, None, opts.platform, watch=watch)
         after()
         if code >= STOPPED:
             return code
