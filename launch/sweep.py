@@ -524,6 +524,18 @@ class _Stopper:
         return status
 
 
+def _ask(hook: Callable[[Run], str | None] | None, run: Run, say, what: str) -> str | bool | None:
+    """``hook(run)``; False, said, if it raised: a failing check must not leave a run it was
+    watching untended, nor end the slot that asked."""
+    if hook is None:
+        return None
+    try:
+        return hook(run)
+    except Exception as e:  # any failure of a check: the run goes on, as without it
+        say(f"sweep: {what} failed on {run.workdir}: {type(e).__name__}: {e}; it goes on")
+        return False
+
+
 def run_local(
     runs: Sequence[Run],
     parallel: int = 1,
@@ -591,15 +603,18 @@ def run_local(
                 proc.wait(timeout=watch_every)
                 break
             except subprocess.TimeoutExpired:
-                if why := watch(run):
+                why = _ask(watch, run, say, "its watch")
+                if why:
                     say(f"sweep: stopping {run.workdir}: {why}")
                     with contextlib.suppress(OSError):  # it has just ended
                         proc.send_signal(signal.SIGTERM)
+                elif why is False:  # the watch failed: the run trains on, unwatched
+                    break
         status = stopper.wait(proc)
         took = time.perf_counter() - t
         say(f"[{i}/{len(todo)}] slot {slot} exit {status} after {took:.0f} s")
         with lock:
-            if why is not None:
+            if why:
                 cut.append(cmd)
             elif stopper.passed is not None and status == 128 + stopper.passed:
                 stopped.append(cmd)
@@ -621,7 +636,7 @@ def run_local(
                     i = pending[0]
                 if i is not None:
                     pending.remove(i)
-                    why = skip(todo[i]) if skip is not None else None
+                    why = _ask(skip, todo[i], say, "the check before it starts")
                     if why:  # ended without training: what waits on it may go on
                         say(f"sweep: not starting {todo[i].workdir}: {why}")
                         ended.add(i)
