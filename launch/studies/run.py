@@ -563,7 +563,8 @@ def status(study: Study, opts: Options) -> int:
     """Per stage and dataset: the planned models, how many have their row in the record, how
     many finished here but have not landed, how many started (a checkpoint) and how many are
     left; then the record's unconverged main runs, the stream runs a head still to train will
-    train again here (in the record, not in this run directory: a fresh machine), the heads
+    train again here (in the record, not in this run directory: a fresh machine; without those
+    stopped here for departing from their rows), the heads
     whose frozen streams are not the record's runs, and the runs trained again here that did
     not reproduce their rows (:func:`unreproduced`)."""
     rows = {r["run"]: r for r in record.read(opts.record)}
@@ -589,9 +590,13 @@ def status(study: Study, opts: Options) -> int:
     judged = [r for rs in errors.values() for r in rs.values()]
     bad = sum(r["convergence"].get("converged") is False for r in judged)
     print(f"main runs under the rule: {len(judged)} in the record, {bad} unconverged")
+    departed = again & set(_unreproduced(opts.runs_dir, opts.record, opts.rerun))
+    again -= departed  # stopped here, departing from their rows: not trained again (below)
     print(
         f"stream runs in the record that heads still to train will train again here: {_few(again)}"
     )
+    if departed:
+        print(f"  and not again, departed from their rows here (below): {len(departed)}")
     if again:
         other, unknown = elsewhere(rows, again)
         print(
