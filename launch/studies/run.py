@@ -564,9 +564,9 @@ def status(study: Study, opts: Options) -> int:
     many finished here but have not landed, how many started (a checkpoint) and how many are
     left; then the record's unconverged main runs, the stream runs a head still to train will
     train again here (in the record, not in this run directory: a fresh machine; without those
-    stopped here for departing from their rows), the heads
-    whose frozen streams are not the record's runs, and the runs trained again here that did
-    not reproduce their rows (:func:`unreproduced`)."""
+    stopped here for departing from their rows), the heads whose frozen streams are not the
+    record's runs, and the runs trained again here that did not reproduce their rows
+    (:func:`unreproduced`)."""
     rows = {r["run"]: r for r in record.read(opts.record)}
     print(f"record: {opts.record}: {len(rows)} rows; runs: {opts.runs_dir}")
     w = max([18, *map(len, opts.datasets)])
