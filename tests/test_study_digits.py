@@ -247,7 +247,7 @@ def test_resume_runs_only_unfinished_runs(tmp_path, monkeypatch):
         if r.point[2] == 0 or r.experiment == "wrn_std":
             _fake_run(pathlib.Path(r.workdir), 20.0)
     called = []
-    monkeypatch.setattr(sweep, "run_local", lambda g, *a: called.append(g) or 0)
+    monkeypatch.setattr(sweep, "run_local", lambda g, *a, **k: called.append(g) or 0)
     opts = run.Options(budget_minutes=0, platform="cpu")
     done = lambda r: run.landed(str(tmp_path), r, rows={})  # noqa: E731
     assert run.run_groups(runs, opts, lambda: None, done) == 0
