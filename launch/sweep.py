@@ -299,6 +299,16 @@ def _share_streams(runs: list[Run], plan) -> None:
                 owners[key] = os.path.join(run.workdir, plan.STREAMS_SUBDIR, s)
 
 
+def reused_workdirs(run: Run) -> list[str]:
+    """The workdirs, as given, of the models a run's phase 1 reuses
+    (``phase1.<stream>.workdir``), in the order of its overrides."""
+    return [
+        str(v)
+        for k, v in run.overrides.items()
+        if k.startswith("phase1.") and k.endswith(".workdir") and v
+    ]
+
+
 def needs(runs: Sequence[Run]) -> list[set[int]]:
     """Per run, the indices of the other runs in ``runs`` it must wait for: those whose models
     its phase 1 reuses (``phase1.<stream>.workdir``: a single-stream run's directory, or
@@ -307,10 +317,8 @@ def needs(runs: Sequence[Run]) -> list[set[int]]:
     out = []
     for i, run in enumerate(runs):
         wait = set()
-        for key, value in run.overrides.items():
-            if not (key.startswith("phase1.") and key.endswith(".workdir") and value):
-                continue
-            path = os.path.normpath(os.path.join(REPO, str(value)))
+        for value in reused_workdirs(run):
+            path = os.path.normpath(os.path.join(REPO, value))
             while path not in where and os.path.dirname(path) != path:
                 path = os.path.dirname(path)  # a stream inside another run's folder
             if where.get(path, i) != i:

@@ -4,6 +4,7 @@ side by side on pinned devices, resumed sweeps)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -250,15 +251,20 @@ class _Timed(sweep.Run):
         return shlex.join([python, "-c", body, log, self.experiment, self.point[0]])
 
 
+def _timed(tmp_path, name: str, seconds: float, **phase1) -> _Timed:
+    """A :class:`_Timed` run ``name`` in ``tmp_path`` that sleeps ``seconds``; ``phase1``:
+    stream -> the folder (under ``tmp_path``) its phase 1 reuses, making it a head."""
+    overrides = {f"phase1.{s}.workdir": str(tmp_path / w) for s, w in phase1.items()}
+    return _Timed(name, "x", overrides, (str(seconds), 0), str(tmp_path / name), bool(phase1))
+
+
 def test_sweep_local_starts_a_head_once_the_runs_it_reuses_ended_and_fills_free_slots(tmp_path):
     """Two slots; the heads' phase 1 reuses a stream run (``phase1.e2.workdir``) or a stream
     that another head trains first (``<its workdir>/streams/scale``). No head starts before
     what it reuses has ended, and a slot whose next run must wait takes a later one that is
     ready: the independent run ``c`` starts before the stream run ``a`` ends."""
 
-    def timed(name, seconds, **phase1):
-        overrides = {f"phase1.{s}.workdir": str(tmp_path / w) for s, w in phase1.items()}
-        return _Timed(name, "x", overrides, (str(seconds), 0), str(tmp_path / name), bool(phase1))
+    timed = functools.partial(_timed, tmp_path)
 
     runs = [
         timed("a", 3.0),
@@ -281,9 +287,7 @@ def test_sweep_local_does_not_start_a_run_that_skip_names_and_goes_on(tmp_path, 
     with its workdir) and counts as its end, so the head that would reuse its stream starts
     (and trains that stream itself) and the other runs train as before."""
 
-    def timed(name, seconds, **phase1):
-        overrides = {f"phase1.{s}.workdir": str(tmp_path / w) for s, w in phase1.items()}
-        return _Timed(name, "x", overrides, (str(seconds), 0), str(tmp_path / name), bool(phase1))
+    timed = functools.partial(_timed, tmp_path)
 
     runs = [timed("a", 0.5), timed("h1", 0.2, e2="a"), timed("h2", 0.2, scale="h1/streams/x")]
     asked = []
@@ -306,9 +310,7 @@ def test_sweep_local_stops_a_run_that_watch_names_and_goes_on(tmp_path, capsys):
     (printed): the run ends there, has not failed, and the head that waits on it starts. A
     watch that raises is said once and the run trains to its end."""
 
-    def timed(name, seconds, **phase1):
-        overrides = {f"phase1.{s}.workdir": str(tmp_path / w) for s, w in phase1.items()}
-        return _Timed(name, "x", overrides, (str(seconds), 0), str(tmp_path / name), bool(phase1))
+    timed = functools.partial(_timed, tmp_path)
 
     runs = [timed("a", 600.0), timed("h", 0.2, e2="a"), timed("b", 1.0)]
     watched = []

@@ -431,6 +431,14 @@ def test_a_run_trained_again_here_that_does_not_reproduce_its_row_is_named(tmp_p
     assert len(said) == 1 and line in said[0] and "--rerun" in said[0]
 
 
+def _head(runs_dir: pathlib.Path, stream: str, name: str) -> sweep.Run:
+    """A two-phase run ``name`` at N_t = 20, seed 0, whose phase 1 freezes the record run
+    ``stream`` (a path under ``runs_dir``)."""
+    overrides = {"phase1.std.workdir": str(runs_dir / stream), "seed": 0}
+    workdir = str(runs_dir / "main/scaled_digits" / name / "n20/seed_0")
+    return sweep.Run(name, "digits_triple", overrides, ("n20", 0), workdir, True)
+
+
 def test_a_head_on_a_stream_that_did_not_reproduce_its_row_does_not_train(tmp_path, capsys):
     """A head whose phase 1 would freeze a stream run of the record that was trained again
     here with other errors is not started (one line naming the stream, both errors, both
@@ -447,13 +455,8 @@ def test_a_head_on_a_stream_that_did_not_reproduce_its_row_does_not_train(tmp_pa
         _fake_run(runs_dir / path, test_error, val_error=12.0, host=here)
         (runs_dir / path / "checkpoints").mkdir()
 
-    def head(stream: str, name: str) -> sweep.Run:
-        overrides = {"phase1.std.workdir": str(runs_dir / stream), "seed": 0}
-        workdir = str(runs_dir / "main/scaled_digits" / name / "n20/seed_0")
-        return sweep.Run(name, "digits_triple", overrides, ("n20", 0), workdir, True)
-
     why = run.unreproduced_stream(str(runs_dir), str(rec))
-    bad, good = head(moved, "bad"), head(same, "good")
+    bad, good = _head(runs_dir, moved, "bad"), _head(runs_dir, same, "good")
     said = why(bad)
     assert said.startswith("the stream run it would freeze, trained again here, did not ")
     assert (
@@ -518,9 +521,7 @@ def test_a_stream_trained_again_that_departs_from_its_row_is_stopped_and_named(t
         f"trained again here, it does not reproduce its row: {moved} (unfinished: {departs})"
     )
     assert skip(single(same)) is None
-    overrides = {"phase1.std.workdir": str(runs_dir / moved)}
-    workdir = str(runs_dir / "main/scaled_digits/triple/n20/seed_0")
-    head = sweep.Run("triple", "digits_triple", overrides, ("n20", 0), workdir, True)
+    head = _head(runs_dir, moved, "triple")
     assert f"{moved} (unfinished: {departs})" in skip(head)
     assert run.unreproduced_stream(str(runs_dir), str(rec), [moved])(head) is None
 

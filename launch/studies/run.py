@@ -217,11 +217,7 @@ def unreproduced_stream(runs_dir: str, record_path: str, replace: Sequence[str] 
             )
         if not run.multi:
             return None
-        paths = [
-            rel(runs_dir, wd)
-            for key, wd in sorted(run.overrides.items())
-            if key.startswith("phase1.") and key.endswith(".workdir") and wd
-        ]
+        paths = [rel(runs_dir, wd) for wd in sweep.reused_workdirs(run)]
         hits = [f"{p} ({bad[p]})" for p in paths if p in bad]
         if not hits:
             return None
@@ -511,11 +507,10 @@ def retrained_streams(runs_dir: str, runs: Sequence, rows: dict) -> set[str]:
     for r in runs:
         if not r.multi or landed(runs_dir, r, rows=rows):
             continue
-        for key, wd in r.overrides.items():
-            if key.startswith("phase1.") and key.endswith(".workdir"):
-                path = rel(runs_dir, wd)
-                if path in rows and not os.path.isfile(os.path.join(wd, "results.json")):
-                    out.add(path)
+        for wd in sweep.reused_workdirs(r):
+            path = rel(runs_dir, wd)
+            if path in rows and not os.path.isfile(os.path.join(wd, "results.json")):
+                out.add(path)
     return out
 
 
