@@ -29,8 +29,8 @@ figures from the record alone (``--runs_dir``: land that directory's finished ru
 landed and unfinished runs; ``pilot`` trains a rule's pilot on the tuning split; ``pack``
 archives the unfinished runs' latest checkpoints, to resume them on another machine (unpack into
 its run directory and ``run`` again). A run of the record that ``run`` trains again here (a
-stream its heads freeze, on a new machine) stops at the first epoch whose curve departs from its
-row's, and no head trains on a stream that did not reproduce its row (``status`` names them;
+stream its heads freeze, on a new machine) stops once its curve departs from its row's at an
+epoch the row keeps (checked every 30 s), and no head trains on a stream that did not reproduce its row (``status`` names them;
 ``--rerun`` lets their rows be replaced). Exit status: 0 done, 2 refused before any work (one
 ``invjax: error:`` line), 1 failed while running, 128 + n stopped by signal n (the same command
 resumes).
