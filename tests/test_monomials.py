@@ -147,8 +147,8 @@ def test_monomial_network_learns_on_a_small_split():
     x, y = jnp.asarray(norm[:200]), jnp.asarray(labels[:200])
     xt, yt = jnp.asarray(norm[200:]), np.asarray(labels[200:])
     net = _tiny_net(ii_batchnorm=True, dropout=0.0)
-    v = net.init(KEY, x[:2])
+    v = jax.jit(net.init)(KEY, x[:2])  # jitted: eager init and apply take longer than the fit
     trained = fit(net, v, x, y, learning_rate=1e-2, steps=100, batch=32)
-    logits = net.apply(trained, xt)
+    logits = jax.jit(net.apply)(trained, xt)
     error = 100.0 * float(np.mean(np.asarray(logits).argmax(-1) != yt))
-    assert error < 70.0, error  # chance: 90%; measured 57.0%
+    assert error < 70.0, error  # chance: 90%; measured 50.7% (65.7% after 50 steps)
