@@ -238,7 +238,6 @@ def test_sweep_local_pins_devices_and_slots(monkeypatch):
         sweep.slot_envs(7, 1, "gpu", per_gpu=3)
 
 
-@pytest.mark.slow
 class _Timed(sweep.Run):
     """A run whose command only logs its start and end (``LOG``) around a short sleep."""
 
@@ -258,6 +257,7 @@ def _timed(tmp_path, name: str, seconds: float, **phase1) -> _Timed:
     return _Timed(name, "x", overrides, (str(seconds), 0), str(tmp_path / name), bool(phase1))
 
 
+@pytest.mark.slow
 def test_sweep_local_starts_a_head_once_the_runs_it_reuses_ended_and_fills_free_slots(tmp_path):
     """Two slots; the heads' phase 1 reuses a stream run (``phase1.e2.workdir``) or a stream
     that another head trains first (``<its workdir>/streams/scale``). No head starts before
@@ -282,6 +282,7 @@ def test_sweep_local_starts_a_head_once_the_runs_it_reuses_ended_and_fills_free_
     assert len(order) == 8, order
 
 
+@pytest.mark.slow
 def test_sweep_local_does_not_start_a_run_that_skip_names_and_goes_on(tmp_path, capsys):
     """``skip(run)`` is asked once a run is ready: a reason keeps it from starting (printed
     with its workdir) and counts as its end, so the head that would reuse its stream starts
@@ -305,6 +306,7 @@ def test_sweep_local_does_not_start_a_run_that_skip_names_and_goes_on(tmp_path, 
     assert f"sweep: not starting {tmp_path / 'h1'}: its stream did not reproduce" in out
 
 
+@pytest.mark.slow
 def test_sweep_local_stops_a_run_that_watch_names_and_goes_on(tmp_path, capsys):
     """``watch(run)``, asked while a run trains, stops it with SIGTERM once it gives a reason
     (printed): the run ends there, has not failed, and the head that waits on it starts. A
