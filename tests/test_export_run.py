@@ -264,6 +264,7 @@ def _set(*path_and_value):
     return change
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, why",
     [
@@ -348,6 +349,7 @@ def _garbage_program(entries):
     entries["__stablehlo__"] = np.frombuffer(np.random.default_rng(0).bytes(4096), np.uint8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "tamper, why",
     [
@@ -412,6 +414,7 @@ def test_a_damaged_program_file_is_one_export_error(exported, tmp_path, tamper, 
     assert len(message.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_json_without_numbers_and_old_exports_are_refused(exported, tmp_path):
     """A NaN range (Python's json writes and reads ``NaN``; JSON has none) and an export of the
     earlier format (no checksums): one ExportError each, the latter saying to export again."""
@@ -439,6 +442,7 @@ def test_json_without_numbers_and_old_exports_are_refused(exported, tmp_path):
         load(d)
 
 
+@pytest.mark.slow
 def test_the_checksums_cover_the_whole_export(exported):
     """The manifest's checksums are those of the files as written (recomputed here), and the
     program file's own ones of its program, arrays and header."""

@@ -339,6 +339,7 @@ def test_sweep_local_stops_a_run_that_watch_names_and_goes_on(tmp_path, capsys):
     assert "1 of 3 commands stopped by the watch" in out and "failed:" not in out
 
 
+@pytest.mark.slow
 def test_sweep_local_runs_side_by_side_and_resumes(tmp_path):
     """Two tiny runs at once, each on its own 2 forced CPU devices; a second call skips the
     finished runs and resumes an unfinished one from its checkpoint."""

@@ -68,6 +68,7 @@ def test_bad_flags_exit_2_with_one_message(flags, message):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_one_row_through_the_real_train_step():
     """digits std at a tiny width, in this process: the row names what ran, counts the model's
     parameters, and reports positive times and a finite loss."""
