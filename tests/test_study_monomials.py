@@ -85,5 +85,5 @@ def test_study_monomial_network_leaves_chance_with_log_features():
     trained = fit(net, v, x, y, learning_rate=3e-3, steps=60, batch=32)
     pred = np.asarray(jax.jit(net.apply)(trained, xv)).argmax(-1)
     error = 100.0 * np.mean(pred != yv)
-    # measured: 47.6% with log A (all ten classes predicted); chance is 90% for one class
+    # measured: 47.6% with log A, all ten classes predicted
     assert len(set(pred.tolist())) >= 5 and error < 80.0, error  # chance: 90%, one class
