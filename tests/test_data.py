@@ -3,6 +3,10 @@ and image-shape checks. Real data: scikit-learn's handwritten digits."""
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
+
 import chex
 import jax
 import numpy as np
@@ -11,6 +15,8 @@ import pytest
 import invjax.data as data
 from invjax.data import digits as digits_lib
 from invjax.data import subsets
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def cfg(**kw):
@@ -123,6 +129,40 @@ def test_digits_in_mnist_format():
     assert images[:, :4].max() == 0 and images[:, -4:].max() == 0
     assert images[:, :, :4].max() == 0 and images[:, :, -4:].max() == 0
     assert (images[:, 4:24, 4:24].sum((1, 2, 3)) > 5).all()
+
+
+def test_digits_file_is_read_as_load_digits_reads_it():
+    """The package file read without importing scikit-learn gives load_digits' arrays exactly."""
+    from sklearn.datasets import load_digits
+
+    pixels, target = digits_lib._sklearn_digits()
+    ref = load_digits()
+    assert pixels.dtype == ref.images.dtype and pixels.shape == ref.images.shape == (1797, 8, 8)
+    assert pixels.tobytes() == ref.images.tobytes()
+    np.testing.assert_array_equal(target, ref.target)
+
+
+def test_a_missing_digits_file_names_what_to_install(monkeypatch):
+    monkeypatch.setattr(digits_lib.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match=r"digits\.csv\.gz .*scikit-learn is not installed"):
+        digits_lib._sklearn_digits()
+
+
+@pytest.mark.slow
+def test_loading_the_digits_does_not_import_scikit_learn():
+    """A digits command starts without scikit-learn (and the scipy it imports)."""
+    code = (
+        "import sys\n"
+        "from invjax import main\n"
+        "from invjax.data import digits\n"
+        "digits.digits()\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'scipy'}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
 
 
 def test_scaled_digits_deterministic_with_scale_stats():

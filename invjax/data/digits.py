@@ -19,6 +19,9 @@ Scaled-MNIST's six realisations); the scales are drawn by the same seed.
 from __future__ import annotations
 
 import functools
+import gzip
+import importlib.util
+import os
 
 import jax
 import jax.numpy as jnp
@@ -33,22 +36,43 @@ DIGIT_BOX = 20  # MNIST's digits are normalised into a 20x20 box centred in 28x2
 SHRINK_RANGE = (0.3, 1.0)  # Scaled-MNIST's scale factors (SESN)
 ANGLE_RANGE = (0.0, 360.0)  # rotscaled_digits: rotation angles in degrees
 SPLIT_SIZES = (1079, 359, 359)  # stratified 60/20/20 of the 1797 digits
+DIGITS_FILE = ("datasets", "data", "digits.csv.gz")  # inside the sklearn package
+
+
+def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits file as ``load_digits`` reads it: ``(float64 [1797, 8, 8], [1797])``.
+
+    Read from the installed package's ``datasets/data/digits.csv.gz`` (64 pixel columns, then the
+    label) without importing scikit-learn: ``sklearn.datasets`` imports scipy and more, about two
+    seconds of every digits command's start, for one small file.
+    """
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    path = None
+    if spec is not None and spec.submodule_search_locations:
+        path = os.path.join(spec.submodule_search_locations[0], *DIGITS_FILE)
+    if path is None or not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"scikit-learn's digits file {'/'.join(DIGITS_FILE)} was not found "
+            f"({path or 'scikit-learn is not installed'}): install scikit-learn "
+            "(python3 -m pip install -e .)"
+        )
+    with gzip.open(path, "rt") as f:
+        table = np.loadtxt(f, delimiter=",")
+    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(int)
 
 
 @functools.lru_cache(maxsize=1)
 def _digits_28() -> tuple[np.ndarray, np.ndarray]:
     """All 1797 digits in MNIST's format: ``(float32 [1797, 28, 28, 1] in [0, 1], int32 [1797])``."""
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = (d.images.astype(np.float32) / 16.0)[..., None]
+    pixels, target = _sklearn_digits()
+    x = (pixels.astype(np.float32) / 16.0)[..., None]
     resize = jax.jit(groups.resize, static_argnames=("size", "order", "axes"))
     box = resize(jnp.asarray(x), (DIGIT_BOX, DIGIT_BOX), order="bicubic")
     margin = (IMAGE_SIZE - DIGIT_BOX) // 2
     out = jnp.pad(jnp.clip(box, 0.0, 1.0), ((0, 0), (margin, margin), (margin, margin), (0, 0)))
     images = np.asarray(out, np.float32)
     images.setflags(write=False)
-    labels = d.target.astype(np.int32)
+    labels = target.astype(np.int32)
     labels.setflags(write=False)
     return images, labels
 
