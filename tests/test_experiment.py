@@ -118,19 +118,21 @@ def truncate(workdir, keep_step):
     os.remove(os.path.join(workdir, "results.json"))
 
 
-def get_config():
-    """The tiny two-phase config (``--config=tests/test_experiment.py``)."""
-    return tiny_two_phase()
+def get_config(stream=None):
+    """The tiny two-phase config (``--config=tests/test_experiment.py``), or one of its streams
+    alone (``--config=tests/test_experiment.py:std``)."""
+    return tiny_stream(stream) if stream else tiny_two_phase()
 
 
-def run(env, workdir, *overrides, entry=("-m", "invjax.main")):
+def run(env, workdir, *overrides, entry=("-m", "invjax.main"), stream=""):
     """``python -m invjax.main`` (or another ``entry`` that runs its ``main``) with this file's
-    config: ``(results, phase messages, stdout)``."""
+    config (of ``stream`` alone if given): ``(results, phase messages, stdout)``."""
+    config = str(pathlib.Path(__file__).resolve()) + (f":{stream}" if stream else "")
     proc = subprocess.run(
         [
             sys.executable,
             *entry,
-            f"--config={pathlib.Path(__file__).resolve()}",
+            f"--config={config}",
             f"--workdir={workdir}",
             *overrides,
         ],
@@ -311,30 +313,36 @@ def test_the_validation_interval_does_not_change_training(env, tmp_path):
     """``train.eval_every_epochs`` is among the keys a run may change on resume
     (``RESUMABLE_KEYS``), and the studies' tuning reads only the last epoch's held-out error: so
     without best-epoch selection (which chooses among the validated epochs, by design), validating
-    less often must leave every stage's training bit-identical, the random scale augmentation
-    included. One run validates every stage after each epoch, the other after its last only."""
-    stages = ("", "phase1.e2.", "phase1.std.")
+    less often must leave training bit-identical, the random scale augmentation included. Every
+    stage of a two-phase command is a run of the same loop with its own setting (the next test),
+    so one stream's run stands for them: one validates after each epoch, the other after its last
+    only."""
+    assert tiny_stream("std").data.augment == "default"  # the random scaling, drawn in training
     runs = {}
     for every in (1, EPOCHS):
-        flags = [f"--config.{p}train.select_best=False" for p in stages] + [
-            f"--config.{p}train.eval_every_epochs={every}" for p in stages
-        ]
+        flags = ("--config.train.select_best=False", f"--config.train.eval_every_epochs={every}")
         workdir = str(tmp_path / f"every{every}")
-        runs[every] = (workdir, run(env, workdir, *flags)[0])
+        runs[every] = (workdir, run(env, workdir, *flags, stream="std")[0])
     (each_dir, each), (last_dir, last) = runs[1], runs[EPOCHS]
-    for sub in ("streams/e2", "streams/std", ""):
-        mine = checkpoint.restore_latest(os.path.join(last_dir, sub))
-        ref = checkpoint.restore_latest(os.path.join(each_dir, sub))
-        assert_bit_identical(mine.state, ref.state)
-        # the setting took effect: validated once, against after each epoch
-        val_epochs = [
-            [r["epoch"] for r in m.meta["records"] if r["split"] == "val"] for m in (mine, ref)
-        ]
-        assert val_epochs == [[EPOCHS], list(range(1, EPOCHS + 1))], (sub, val_epochs)
-    for key in ("test_error", "val_error"):
-        assert last[key] == each[key]
-        for s in ("e2", "std"):
-            assert last["phase1"][s][key] == each["phase1"][s][key]
+    mine, ref = checkpoint.restore_latest(last_dir), checkpoint.restore_latest(each_dir)
+    assert_bit_identical(mine.state, ref.state)
+    # the setting took effect: validated once, against after each epoch
+    val_epochs = [
+        [r["epoch"] for r in m.meta["records"] if r["split"] == "val"] for m in (mine, ref)
+    ]
+    assert val_epochs == [[EPOCHS], list(range(1, EPOCHS + 1))]
+    assert (last["test_error"], last["val_error"]) == (each["test_error"], each["val_error"])
+
+
+def test_each_stage_validates_at_its_own_interval():
+    """``--config.phase1.<stream>.train.eval_every_epochs`` and ``--config.train.eval_every_epochs``
+    reach the stream runs and the head as their own settings (nothing trains here)."""
+    config = tiny_two_phase().copy_and_resolve_references()
+    config.phase1.e2.train.eval_every_epochs = 2
+    config.phase1.std.train.eval_every_epochs = 1
+    config.train.eval_every_epochs = 3
+    got = [plan.stream_config(config, s).train.eval_every_epochs for s in ("e2", "std")]
+    assert got == [2, 1] and plan.head_config(config, "w").train.eval_every_epochs == 3
 
 
 @pytest.mark.slow
