@@ -43,8 +43,8 @@ def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's digits file as ``load_digits`` reads it: ``(float64 [1797, 8, 8], [1797])``.
 
     Read from the installed package's ``datasets/data/digits.csv.gz`` (64 pixel columns, then the
-    label) without importing scikit-learn: ``sklearn.datasets`` imports scipy and more, about two
-    seconds of every digits command's start, for one small file.
+    label) without importing scikit-learn: ``sklearn.datasets`` imports scipy and several hundred
+    more modules at every digits command's start, for one small file.
     """
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     path = None
