@@ -581,7 +581,7 @@ def model_invariance(
     else:
         from invjax.training.state import init_variables
 
-        # jitted: initialised op by op, an E(2) WRN compiles some 200 small programs (27 s)
+        # jitted: initialised op by op, an E(2) WRN compiles some 200 small programs
         init = jax.jit(lambda key: init_variables(model, image_shape, key))
         variables = init(jax.random.PRNGKey(config.seed))
     fn = _model_features(P.configure(model, precision), variables, mean, std)
