@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 
@@ -41,6 +42,30 @@ def pytest_collection_modifyitems(config, items):
                 if getattr(fixture[-1].func, "__module__", None) == module.__name__:
                     item.add_marker(pytest.mark.xdist_group(module.__name__))
                     break
+
+
+# A full collection between tests at most this often (see pytest_runtest_protocol).
+_TESTS_PER_FULL_COLLECTION = 100
+_tests_run = [0]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test runs with the objects that earlier tests left frozen (``gc.freeze``), so that a
+    full collection inside it walks only what the test itself made. The checkpoint writer after a
+    failed save, and every release of a workdir's log routing, call ``gc.collect()`` (so that what
+    Python says of a failed save's leftovers goes to the run's log); late in a worker each such
+    call walked every object of the tests before. The frozen objects are not collected while
+    frozen, so every ``_TESTS_PER_FULL_COLLECTION`` tests a full collection runs between tests,
+    which frees the cycles earlier tests left behind."""
+    _tests_run[0] += 1
+    if _tests_run[0] % _TESTS_PER_FULL_COLLECTION == 0:
+        gc.collect()
+    gc.freeze()
+    try:
+        return (yield)
+    finally:
+        gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)
