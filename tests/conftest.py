@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
                     break
 
 
-# A full collection between tests at most this often (see pytest_runtest_protocol).
+# Tests between two full collections of what earlier tests left (see pytest_runtest_protocol).
 _TESTS_PER_FULL_COLLECTION = 100
 _tests_run = [0]
 
