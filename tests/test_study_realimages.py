@@ -115,7 +115,7 @@ def test_family_m_takes_1500_steps_and_the_rotated_data_take_the_config_argument
     # 100 images at batch 64: 2 steps an epoch, so 750 epochs; x0.1 after 68 % and 84 %
     assert std.overrides["train.num_epochs"] == 750
     assert std.overrides["train.lr_boundaries"] == (510, 630)
-    assert std.overrides["train.eval_every_epochs"] == 10
+    assert std.overrides["train.eval_every_epochs"] == 75  # ten validations (the next test)
     assert std.overrides["train.learning_rate"] == 0.001
     for r in runs:
         arm = realimages.ARMS[_family_of(r)]
@@ -125,6 +125,33 @@ def test_family_m_takes_1500_steps_and_the_rotated_data_take_the_config_argument
     assert std.overrides["train.num_epochs"] == 100  # 157 steps an epoch
     assert std.overrides["data.val_fraction"] == pytest.approx(2_000 / 60_000)
     assert "--config=configs/fashion_std.py " in std.command() + " "
+
+
+def test_a_run_validates_every_tenth_epoch_and_at_most_ten_times(tmp_path):
+    """Validation only reads the model (training is bit-identical at any interval,
+    test_experiment.py), so a long run validates less often: family M's 750 epochs at N_t = 100
+    every 75 (its heads' 188 every 19), every other run of the plan every 10 as before."""
+    rule = realimages.recipe("M")
+    assert [plan.eval_interval(e, rule) for e in (25, 100, 188, 750)] == [10, 10, 19, 75]
+    assert plan.eval_interval(5, plan.Rule(eval_every=10)) == 5  # at most the run
+    assert plan.eval_interval(750, plan.Rule()) == 75  # 0: ten a run, uncapped
+    for dataset in ("fashion_mnist", "rotscaled_fashion_mnist"):
+        for r in _main_runs(dataset, 100, tmp_path):
+            ov = r.overrides
+            every = 19 if r.multi else 75
+            assert ov["train.eval_every_epochs"] == every, r.workdir
+            assert ov["train.num_epochs"] // every + (ov["train.num_epochs"] % every > 0) <= 10
+            for slot in ("e2", "scale", "std"):
+                assert ov.get(f"phase1.{slot}.train.eval_every_epochs", 75) == 75
+        for n in (1_000, 10_000):
+            for r in _main_runs(dataset, n, tmp_path):
+                ov = r.overrides
+                assert ov["train.eval_every_epochs"] == 10, r.workdir
+                for slot in ("e2", "scale", "std"):
+                    assert ov.get(f"phase1.{slot}.train.eval_every_epochs", 10) == 10
+    for n in (10, 100, 5_000):
+        runs = _main_runs("scaled_mnist_10k", n, tmp_path)
+        assert {r.overrides["train.eval_every_epochs"] for r in runs} == {10}
 
 
 def test_two_phase_arms_reuse_the_single_stream_arms_runs(tmp_path):

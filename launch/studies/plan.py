@@ -49,6 +49,11 @@ class Rule:
     # momentum that does not (invjax.training.experiment.bn_momentum_fitting): evaluation must
     # read the data's statistics, whatever the number of steps N_t gives
     bn_residual_limit: float | None = None
+    # where set, a run validates at most about this many times: a long run (few images, many
+    # epochs) widens ``eval_every`` to ``ceil(E / max_validations)`` (:func:`eval_interval`).
+    # Validation reads the model without changing its training, so only the curve's resolution
+    # differs; the last epoch is always validated
+    max_validations: int = 0
 
     def tag(self, first: Rule) -> str:
         """The length fields that differ from ``first``, e.g. ``'e300'`` (``''``: none)."""
@@ -182,14 +187,24 @@ def boundaries(epochs: int, rule: Rule) -> tuple[int, ...]:
     return tuple(dict.fromkeys(min(max(1, round(f * epochs)), epochs - 1) for f in rule.decay_at))
 
 
+def eval_interval(epochs: int, rule: Rule) -> int:
+    """Epochs between two validations of a run of ``epochs``: ``rule.eval_every`` (0: ten a
+    run, ``max(1, E // 10)``), at least ``ceil(E / rule.max_validations)`` where that is set,
+    and at most ``epochs``."""
+    every = rule.eval_every or max(1, epochs // 10)
+    if rule.max_validations:
+        every = max(every, math.ceil(epochs / rule.max_validations))
+    return min(every, epochs)
+
+
 def schedule(n_train: int, rule: Rule, n_all: int, factor: float = 1.0) -> dict:
     """``train.*`` overrides of one run with ``n_train`` images (0 = all ``n_all``).
 
     ``E = ceil(factor * max(min_epochs, ceil(min_steps / ceil(N / B))))`` epochs (an epoch has
     ``ceil(N / B)`` batches of ``min(B, N)``), x0.1 decays after :func:`boundaries`, the
-    held-out / validation split evaluated every ``rule.eval_every`` (default ``max(1, E //
-    10)``) epochs and a checkpoint saved every ``max(1, E // 10)`` epochs (the evaluation is
-    watched only), the last epoch reported.
+    held-out / validation split evaluated every :func:`eval_interval` epochs and a checkpoint
+    saved every ``max(1, E // 10)`` epochs (the evaluation is watched only), the last epoch
+    reported.
     """
     n = n_train or n_all
     per_epoch = math.ceil(n / rule.batch_size)
@@ -199,7 +214,7 @@ def schedule(n_train: int, rule: Rule, n_all: int, factor: float = 1.0) -> dict:
         "batch_size": min(rule.batch_size, n),
         "num_epochs": epochs,
         "lr_boundaries": boundaries(epochs, rule),
-        "eval_every_epochs": rule.eval_every or max(1, epochs // 10),
+        "eval_every_epochs": eval_interval(epochs, rule),
         # a save every 10% of the run (and at its end, and on SIGTERM): at N_t = 20 a save per
         # epoch is a save per step (docs/many_models.md's profile: 45% of the steps' time)
         "checkpoint_every_epochs": max(1, epochs // 10),
@@ -219,7 +234,7 @@ def head_schedule(n_train: int, rule: Rule, n_all: int) -> dict:
     return s | {
         "num_epochs": epochs,
         "lr_boundaries": boundaries(epochs, rule),
-        "eval_every_epochs": min(rule.eval_every, epochs) or max(1, epochs // 10),
+        "eval_every_epochs": eval_interval(epochs, rule),
         "checkpoint_every_epochs": max(1, epochs // 10),
     }
 

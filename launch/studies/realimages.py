@@ -354,6 +354,7 @@ def epochs_for(n_train: int, epochs: int, batch_size: int, min_steps: int) -> in
 # trains as the paper did (60 epochs whatever N_t); family M takes at least 1,500 steps, so that
 # a small training set is not also a short training.
 RECIPES = {"T": (60, 128, 10, 0), "M": (100, 64, 10, 1_500)}
+MAX_VALIDATIONS = 10  # a longer run validates less often (plan.eval_interval)
 N_VAL = {"scaled_mnist_10k": 1_000, "scaled_fashion_mnist": 2_000}
 N_VAL_DEFAULT = 2_000
 
@@ -426,7 +427,8 @@ def recipe(family: str):
     """:data:`RECIPES` of a family as the study machinery's :class:`~launch.studies.plan.Rule`:
     T: 60 epochs at batch 128, x0.1 after 1/3 and 2/3 (the paper's 20 and 40 of 60), no
     fewest steps; M: 100 epochs at batch 64 and at least 1,500 steps, x0.1 after 68 % and 84 %
-    (``configs/fashion_std.py``'s 68 and 84 of 100); validation every 10 epochs. Family T's
+    (``configs/fashion_std.py``'s 68 and 84 of 100); validation every 10 epochs, and at most
+    10 times a run (M at N_t = 100: 750 epochs, validated every 75). Family T's
     BatchNorm momentum is lowered where the run's steps would leave its running statistics
     holding more than 1 % of their start (:attr:`~launch.studies.plan.Rule.bn_residual_limit`)."""
     from invjax.training.experiment import BN_RESIDUAL_LIMIT
@@ -437,7 +439,18 @@ def recipe(family: str):
     # family T: a BatchNorm momentum that the run's steps leave mostly at its start is lowered
     # (Table 6's 0.99 of II-DISCO WS after N_t = 100's 60 steps: 55 % of the start)
     limit = BN_RESIDUAL_LIMIT if family == "T" else None
-    return Rule(min_steps, epochs, batch, 1.0, decay, every, bn_residual_limit=limit)
+    # at most MAX_VALIDATIONS a run: family M's 750 epochs at N_t = 100, validated every 10th,
+    # would evaluate more validation images (75 x 2,000) than they train on (1,500 x 64)
+    return Rule(
+        min_steps,
+        epochs,
+        batch,
+        1.0,
+        decay,
+        every,
+        bn_residual_limit=limit,
+        max_validations=MAX_VALIDATIONS,
+    )
 
 
 def _families() -> dict:

@@ -28,6 +28,7 @@ from launch.studies.realimages import (
     STREAMS,
     arms_of,
     epochs_for,
+    recipe,
 )
 
 # ``flops`` table: the ensembling controls' second and third streams, and the size control's
@@ -65,12 +66,13 @@ def run_parts(arm: str, dataset: str, n_train: int) -> list[tuple[str, int]]:
 
 def part_gflop(key: str, epochs: int, family: str, dataset: str, n_train: int, flops) -> float:
     """GFLOP of one program: ``epochs`` of training on ``n_train`` images, validation every
-    ``eval_every`` epochs and one pass over the test set, at ``flops[key]``'s measured ``train``
-    and ``eval`` GFLOP per image (``flops`` command)."""
-    every = RECIPES[family][2]
+    :func:`~launch.studies.plan.eval_interval` epochs and one pass over the test set, at
+    ``flops[key]``'s measured ``train`` and ``eval`` GFLOP per image (``flops`` command)."""
+    from launch.studies.plan import eval_interval
+
     f = flops[key]
     n_val = N_VAL.get(dataset, N_VAL_DEFAULT)
-    evals = epochs // min(every, epochs) + 1
+    evals = epochs // eval_interval(epochs, recipe(family)) + 1
     return epochs * n_train * f["train"] + (evals * n_val + DATASETS[dataset].n_test) * f["eval"]
 
 
