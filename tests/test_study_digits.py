@@ -988,6 +988,38 @@ def test_run_trains_what_the_record_lacks_lands_it_and_rewrites_the_report(tmp_p
     assert lines[-1] == "runs trained again here that did not reproduce their rows: 0"
 
 
+def test_a_second_run_command_on_one_run_directory_is_refused_before_any_run(tmp_path, capsys):
+    """While one ``run`` command holds the run directory, another on it exits 2 naming the
+    holder and touches nothing (no row, no report, no run started); once the first has
+    finished, the same command runs. The pack of unfinished runs leaves the lock out."""
+    out = tmp_path / "out"
+    rec = out / "runs.jsonl"
+    _tuned(tmp_path / "tuned", rec, {"svm": [50.0] * 6})
+    argv = _svm_main_argv(tmp_path, rec)
+    runs_dir = argv[argv.index("--runs_dir") + 1]
+    before = rec.read_bytes()
+    with run.runs_dir_locked(runs_dir):  # the first command, still running
+        assert main(["digits", "run", *argv, "--platform", "cpu"]) == 2
+        err = capsys.readouterr().err
+        assert f"--runs_dir={runs_dir} is in use by another run command" in err
+        assert f"pid {os.getpid()}" in err and err.count("invjax: error:") == 1
+        assert rec.read_bytes() == before and not (out / "results.md").exists()
+        assert record.finished_runs(runs_dir) == []
+        assert run.unfinished_files(runs_dir) == []
+    assert main(["digits", "run", *argv, "--platform", "cpu"]) == 0  # released: it runs
+    assert "study: 2 run(s) landed" in capsys.readouterr().out
+    assert main(["digits", "run", *argv, "--platform", "cpu"]) == 0  # and released again
+    assert run.RUNS_DIR_LOCK not in " ".join(run.unfinished_files(runs_dir))
+
+
+def test_a_run_directory_that_cannot_be_made_is_refused_with_its_path(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=r"--runs_dir=.*/file/runs is invalid"):
+        with run.runs_dir_locked(str(blocker / "runs")):
+            pass
+
+
 def test_run_stops_rewriting_the_report_once_the_study_code_changes(
     tmp_path, git_repo, capsys, monkeypatch
 ):

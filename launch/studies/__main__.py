@@ -39,6 +39,7 @@ resumes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -337,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as e:
             print(f"invjax: error: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
+    held = contextlib.ExitStack()
     try:
         if getattr(args, "data_path", ""):
             study = _with_data_paths(study, module, args.data_path)
@@ -359,14 +361,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         sweep.slot_envs(opts.parallel, 1, opts.platform, opts.runs_per_gpu)  # enough GPUs?
         record.read(opts.record)  # a damaged record is refused before any run starts
+        # a second command on this run directory is refused here, before any run starts
+        held.enter_context(run.runs_dir_locked(opts.runs_dir))
     except ValueError as e:
         print(f"invjax: error: {e}", file=sys.stderr)
         return 2
-    try:
-        return run.run(study, opts)
-    except Exception as e:  # one line for the user; the runs' own logs hold the details
-        print(f"invjax: error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    with held:
+        try:
+            return run.run(study, opts)
+        except Exception as e:  # one line for the user; the runs' own logs hold the details
+            print(f"invjax: error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

@@ -10,12 +10,17 @@ run it again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
+import errno
+import fcntl
 import functools
 import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tarfile
 import time
@@ -29,6 +34,7 @@ from launch.studies.plan import Rule, Study
 # and stopped, and so does the study (the same command resumes).
 STOPPED = 128
 FIGURES_EVERY = 10  # landed runs between two redraws of the figures
+RUNS_DIR_LOCK = ".study_run.lock"  # in the run directory: one ``run`` command at a time
 
 
 @dataclasses.dataclass
@@ -285,7 +291,7 @@ def unfinished_files(runs_dir: str, finished: Sequence[str] = ()) -> list[str]:
     """What moves a study's unfinished runs to another machine (paths relative to
     ``runs_dir``): every unfinished run's files, of its checkpoints only the latest step (and
     that step's manifest), without TensorBoard events, the compilation cache or what
-    ``--rerun`` moved aside; also the runs under the paths of ``finished`` (for their final
+    ``--rerun`` moved aside, or the run directory's lock; also the runs under the paths of ``finished`` (for their final
     checkpoint: a two-phase network's phase 1 reuses it)."""
     import fnmatch
     import re
@@ -307,6 +313,8 @@ def unfinished_files(runs_dir: str, finished: Sequence[str] = ()) -> list[str]:
         if os.path.basename(root) == "checkpoints" and steps:
             dirs[:] = [d for d in dirs if not d.isdigit() or int(d) == steps[-1]]
         for f in sorted(files):
+            if here == "." and f == RUNS_DIR_LOCK:
+                continue  # the lock of the command running here, if any
             m = re.fullmatch(r"(\d+)\.json", f)
             if os.path.basename(root) == "checkpoint_manifests" and m and steps:
                 if int(m[1]) != steps[-1]:
@@ -608,6 +616,46 @@ def status(study: Study, opts: Options) -> int:
     for line in lines:
         print(f"  {line}")
     return 0
+
+
+@contextlib.contextmanager
+def runs_dir_locked(runs_dir: str):
+    """Hold the run directory for one ``run`` command inside the block. A second command on
+    the same directory is refused at once (ValueError naming the holder) instead of starting
+    runs whose workdirs the first one holds, or moving aside (``--rerun``) runs it is landing.
+    The lock is an flock, so a killed command leaves none behind; the file stays."""
+    path = os.path.join(runs_dir, RUNS_DIR_LOCK)
+    try:
+        os.makedirs(runs_dir, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ValueError(f"--runs_dir={runs_dir} is invalid: {e.strerror}: {path}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except ValueError:
+                holder = {}
+            raise ValueError(
+                f"--runs_dir={runs_dir} is in use by another run command (host "
+                f"{holder.get('host', '?')}, pid {holder.get('pid', '?')}, started "
+                f"{holder.get('started', '?')}): wait for it to finish or stop it (it resumes), "
+                "or give another --runs_dir"
+            ) from None
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing the only descriptor releases the flock
 
 
 def run(study: Study, opts: Options) -> int:
