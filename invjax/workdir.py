@@ -245,11 +245,24 @@ def refuse_seeds_folder(path: str, flag: str = "--workdir") -> None:
 # ----------------------------------------------------------------------------- lock
 
 
-def _holder_text(info: dict) -> str:
+def holder_text(info: dict) -> str:
+    """A lock holder as a refused process names it (what :func:`write_holder` stored)."""
     return (
         f"host {info.get('host', '?')}, pid {info.get('pid', '?')}, started "
         f"{info.get('started', '?')}"
     )
+
+
+def write_holder(fd: int) -> None:
+    """Store this process (host, pid, start time) in the lock file open at ``fd``."""
+    info = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(info).encode(), 0)
+    os.fsync(fd)
 
 
 def _read(path: str) -> dict:
@@ -295,7 +308,7 @@ class Lock:
                     raise
                 info = _read(self.path)
                 raise WorkdirBusyError(
-                    f"--workdir={self.workdir} is in use by another run ({_holder_text(info)}): "
+                    f"--workdir={self.workdir} is in use by another run ({holder_text(info)}): "
                     "wait for it to finish or stop it, or choose another --workdir"
                 ) from None
             try:
@@ -323,16 +336,9 @@ class Lock:
             logging.warning(
                 "%s: took over the lock of a run that is no longer running (%s)",
                 self.workdir,
-                _holder_text(stale),
+                holder_text(stale),
             )
-        info = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
-        os.fsync(fd)
+        write_holder(fd)
         self.fd, self.count, self.created = fd, 1, created
         if not _ROUTED:
             _start_routing(os.path.join(self.workdir, LOG_FILE))

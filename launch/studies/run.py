@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import errno
 import fcntl
 import functools
@@ -20,12 +19,12 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
 from collections.abc import Callable, Sequence
 
+from invjax import workdir as workdir_lib
 from launch import sweep
 from launch.studies import plan, record, report, svm
 from launch.studies.plan import Rule, Study
@@ -641,18 +640,11 @@ def runs_dir_locked(runs_dir: str):
             except ValueError:
                 holder = {}
             raise ValueError(
-                f"--runs_dir={runs_dir} is in use by another run command (host "
-                f"{holder.get('host', '?')}, pid {holder.get('pid', '?')}, started "
-                f"{holder.get('started', '?')}): wait for it to finish or stop it (it resumes), "
-                "or give another --runs_dir"
+                f"--runs_dir={runs_dir} is in use by another run command "
+                f"({workdir_lib.holder_text(holder)}): wait for it to finish or stop it (it "
+                "resumes), or give another --runs_dir"
             ) from None
-        info = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        workdir_lib.write_holder(fd)
         yield path
     finally:
         os.close(fd)  # closing the only descriptor releases the flock
