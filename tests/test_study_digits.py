@@ -1012,7 +1012,7 @@ def test_a_second_run_command_on_one_run_directory_is_refused_before_any_run(tmp
     assert run.RUNS_DIR_LOCK not in " ".join(run.unfinished_files(runs_dir))
 
 
-def test_a_run_directory_that_cannot_be_made_is_refused_with_its_path(tmp_path, capsys):
+def test_a_run_directory_that_cannot_be_made_is_refused_with_its_path(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(ValueError, match=r"--runs_dir=.*/file/runs is invalid"):

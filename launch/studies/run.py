@@ -289,9 +289,9 @@ def rerun_prepare(
 def unfinished_files(runs_dir: str, finished: Sequence[str] = ()) -> list[str]:
     """What moves a study's unfinished runs to another machine (paths relative to
     ``runs_dir``): every unfinished run's files, of its checkpoints only the latest step (and
-    that step's manifest), without TensorBoard events, the compilation cache or what
-    ``--rerun`` moved aside, or the run directory's lock; also the runs under the paths of ``finished`` (for their final
-    checkpoint: a two-phase network's phase 1 reuses it)."""
+    that step's manifest), without TensorBoard events, the compilation cache, what ``--rerun``
+    moved aside or the run directory's lock; also the runs under the paths of ``finished``
+    (for their final checkpoint: a two-phase network's phase 1 reuses it)."""
     import fnmatch
     import re
 
