@@ -1012,6 +1012,50 @@ def test_a_second_run_command_on_one_run_directory_is_refused_before_any_run(tmp
     assert run.RUNS_DIR_LOCK not in " ".join(run.unfinished_files(runs_dir))
 
 
+def test_the_run_directory_lock_of_another_process_holds_until_it_is_killed(tmp_path):
+    """The lock is another process's too (named by its pid), and a command killed with
+    SIGKILL leaves none behind: the next one takes the directory."""
+    import signal
+    import subprocess
+    import sys
+
+    runs_dir = str(tmp_path / "runs")
+    code = (
+        "import sys, time; from launch.studies import run\n"
+        f"with run.runs_dir_locked({runs_dir!r}):\n"
+        "    print('held', flush=True); time.sleep(600)\n"
+    )
+    root = pathlib.Path(__file__).resolve().parents[1]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(
+            ValueError, match=rf"in use by another run command \(host .*, pid {holder.pid},"
+        ):
+            with run.runs_dir_locked(runs_dir):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    with run.runs_dir_locked(runs_dir) as path:
+        assert os.path.isfile(path)
+
+
+def test_a_run_directory_without_locks_warns_and_goes_on(tmp_path, monkeypatch, capsys):
+    import errno
+    import fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with run.runs_dir_locked(str(tmp_path / "runs")) as path:
+        assert os.path.isfile(path)
+    assert "does not support locks" in capsys.readouterr().out
+
+
 def test_a_run_directory_that_cannot_be_made_is_refused_with_its_path(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")

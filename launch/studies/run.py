@@ -633,8 +633,16 @@ def runs_dir_locked(runs_dir: str):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
+            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                print(
+                    f"study: {runs_dir}: the file system does not support locks "
+                    f"({os.strerror(e.errno)}): a second run command here would not be stopped",
+                    flush=True,
+                )
+                yield path
+                return
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
+                raise ValueError(f"cannot lock {path}: {os.strerror(e.errno)}") from None
             try:
                 holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
             except ValueError:
