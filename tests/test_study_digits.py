@@ -1054,6 +1054,12 @@ def test_a_run_directory_without_locks_warns_and_goes_on(tmp_path, monkeypatch, 
     with run.runs_dir_locked(str(tmp_path / "runs")) as path:
         assert os.path.isfile(path)
     assert "does not support locks" in capsys.readouterr().out
+    # A run's own error inside the block is its own, not one raised "during handling of" the
+    # file system's refusal.
+    with pytest.raises(RuntimeError, match="a run failed") as failed:
+        with run.runs_dir_locked(str(tmp_path / "runs")):
+            raise RuntimeError("a run failed")
+    assert failed.value.__context__ is None
 
 
 def test_a_run_directory_that_cannot_be_made_is_refused_with_its_path(tmp_path):

@@ -630,29 +630,32 @@ def runs_dir_locked(runs_dir: str):
     except OSError as e:
         raise ValueError(f"--runs_dir={runs_dir} is invalid: {e.strerror}: {path}") from None
     try:
+        locked = True
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                # Yield outside this handler, or the runs' own errors would be chained to it.
                 print(
                     f"study: {runs_dir}: the file system does not support locks "
                     f"({os.strerror(e.errno)}): a second run command here would not be stopped",
                     flush=True,
                 )
-                yield path
-                return
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                locked = False
+            elif e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise ValueError(f"cannot lock {path}: {os.strerror(e.errno)}") from None
-            try:
-                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
-            except ValueError:
-                holder = {}
-            raise ValueError(
-                f"--runs_dir={runs_dir} is in use by another run command "
-                f"({workdir_lib.holder_text(holder)}): wait for it to finish or stop it (it "
-                "resumes), or give another --runs_dir"
-            ) from None
-        workdir_lib.write_holder(fd)
+            else:
+                try:
+                    holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+                except ValueError:
+                    holder = {}
+                raise ValueError(
+                    f"--runs_dir={runs_dir} is in use by another run command "
+                    f"({workdir_lib.holder_text(holder)}): wait for it to finish or stop it (it "
+                    "resumes), or give another --runs_dir"
+                ) from None
+        if locked:
+            workdir_lib.write_holder(fd)
         yield path
     finally:
         os.close(fd)  # closing the only descriptor releases the flock
