@@ -344,6 +344,41 @@ def test_a_signal_stops_the_study_after_the_runs_saved(tmp_path, monkeypatch, pa
     assert calls[0][0].experiment == "wrn_std"
 
 
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_stop_minutes_stops_the_runs_training_and_the_study(tmp_path, monkeypatch, parallel):
+    """``--stop_minutes``: before it, the sweep's watch lets runs train and its stop lets them
+    start; once it has passed, the watch names a reason for every run (the sweep SIGTERMs it:
+    it saves a checkpoint), nothing starts, and the study's status is SIGTERM's. With every run
+    finished, the study is done (0), whatever the clock."""
+    runs, _, _ = plan.plan_main(
+        STUDY, str(tmp_path), "scaled_digits", ["wrn_std"], [20], [0, 1], RULE, _all_chosen()
+    )
+    opts = run.Options(stop_minutes=2, platform="cpu", parallel=parallel, runs_dir=str(tmp_path))
+    opts.record = str(tmp_path / "runs.jsonl")
+    calls = []
+
+    def fake_run_local(given, *args, watch=None, stop=None, **kwargs):
+        # one parallel sweep has a stop (no start after it); one-at-a-time sweeps start one run
+        asked = lambda: ([watch(r) for r in given], stop and stop())  # noqa: E731
+        before = asked()
+        opts.t0 -= 121  # the clock passes the stop while they train
+        calls.append((before, asked()))
+        return 0
+
+    monkeypatch.setattr(sweep, "run_local", fake_run_local)
+    assert run.run_groups(runs, opts, lambda: None, lambda r: False) == 128 + 15
+    ((before, after),) = calls  # one at a time: the second run never started
+    n = len(runs) if parallel > 1 else 1
+    assert before == ([None] * n, False if parallel > 1 else None)
+    reason = "--stop_minutes=2 have passed: it saves a checkpoint and stops (the same command"
+    assert after == ([f"{reason} resumes)"] * n, True if parallel > 1 else None)
+    assert run.run_groups(runs, opts, lambda: None, lambda r: False) == 128 + 15
+    assert len(calls) == 1  # past the stop, nothing reaches the sweep
+    for r in runs:
+        _fake_run(pathlib.Path(r.workdir), 20.0)
+    assert run.run_groups(runs, opts, lambda: None, lambda r: False) == 0
+
+
 def test_rerun_trains_a_landed_run_again_and_its_results_replace_the_record(tmp_path, capsys):
     """``--rerun``: a stream run that landed from a machine that is gone (its row, no
     checkpoint) is moved aside, nothing deleted; once retrained here its row replaces the
@@ -857,6 +892,16 @@ def test_bad_input_exits_2_naming_the_value(command, argv, message, capsys, tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("invjax: error: ")
     assert message in err[0]
+    assert not (tmp_path / "r").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("flag", ["--budget_minutes", "--stop_minutes", "--parallel"])
+def test_run_refuses_a_negative_time_or_slot_count_naming_it(flag, capsys, tmp_path):
+    code = main(["digits", "run", "--runs_dir", str(tmp_path / "r"), flag, "-1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith(f"invjax: error: {flag}=-1")
+    assert "is invalid: it must be >= " in err[0]
     assert not (tmp_path / "r").exists()  # refused before any work
 
 

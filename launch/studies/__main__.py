@@ -5,7 +5,7 @@
         [--min_steps 600] [--min_epochs 300] [--batch_size 64] [--width_divisor 2]
         [--seeds_in_one] [--rerun main/DATASET/FAMILY/LABEL,...]
     python -m launch.studies digits run    (plan's options) [--out DIR] [--budget_minutes 0]
-        [--parallel 1] [--runs_per_gpu 1] [--platform auto|cpu|gpu] [--commit] [--dry_run]
+        [--stop_minutes 0] [--parallel 1] [--runs_per_gpu 1] [--platform auto|cpu|gpu] [--commit] [--dry_run]
         [--test t|signflip|wilcoxon] [--holm_family all|claim]
     python -m launch.studies digits report [--record FILE] [--out DIR] [--runs_dir DIR]
         [--curves DIR] [--no_figures] [rule options] [--seeds ...] [--test ...] [--holm_family ...]
@@ -30,10 +30,13 @@ landed and unfinished runs; ``pilot`` trains a rule's pilot on the tuning split;
 archives the unfinished runs' latest checkpoints, to resume them on another machine (unpack into
 its run directory and ``run`` again). A run of the record that ``run`` trains again here (a
 stream its heads freeze, on a new machine) stops once its curve departs from its row's at an
-epoch the row keeps (checked every 30 s), and no head trains on a stream that did not reproduce its row (``status`` names them;
-``--rerun`` lets their rows be replaced). Exit status: 0 done, 2 refused before any work (one
-``invjax: error:`` line), 1 failed while running, 128 + n stopped by signal n (the same command
-resumes).
+epoch the row keeps (checked every 30 s), and no head trains on a stream that did not reproduce
+its row (``status`` names them; ``--rerun`` lets their rows be replaced). ``--budget_minutes M``:
+no run starts M minutes after the command did; ``--stop_minutes M``: then the runs training are
+stopped too (within 30 s; each saves a checkpoint), as a SIGTERM to the study would, for a job
+with a wall-time limit. Exit status: 0 done, 2 refused before any work (one ``invjax: error:``
+line), 1 failed while running, 128 + n stopped by signal n, and 143 stopped at
+``--stop_minutes`` with runs unfinished (the same command resumes).
 """
 
 from __future__ import annotations
@@ -130,7 +133,15 @@ def parser(study, module=None) -> _Parser:
     r = cmds["run"]
     r.add_argument("--out", default=None, help="the report's folder (default: the record's)")
     _stats_options(r, study)
-    r.add_argument("--budget_minutes", type=float, default=0.0, help="0 = none")
+    r.add_argument(
+        "--budget_minutes", type=float, default=0.0, help="no run starts after it; 0 = none"
+    )
+    r.add_argument(
+        "--stop_minutes",
+        type=float,
+        default=0.0,
+        help="the runs training then save a checkpoint and stop; 0 = none",
+    )
     r.add_argument("--platform", choices=("auto", "cpu", "gpu"), default="auto")
     r.add_argument("--parallel", type=int, default=1, help="runs side by side")
     r.add_argument("--runs_per_gpu", type=int, default=1, help="parallel runs sharing one GPU")
@@ -222,13 +233,15 @@ def options(study, args):
         opts.test = getattr(args, "test", "t")
         opts.holm_family = getattr(args, "holm_family", "all")
         opts.budget_minutes, opts.platform = args.budget_minutes, args.platform
+        opts.stop_minutes = args.stop_minutes
         opts.parallel, opts.runs_per_gpu, opts.commit = (
             args.parallel,
             args.runs_per_gpu,
             args.commit,
         )
-        if args.budget_minutes < 0:
-            raise ValueError(f"--budget_minutes={args.budget_minutes} is invalid: it must be >= 0")
+        for flag in ("budget_minutes", "stop_minutes"):
+            if getattr(args, flag) < 0:
+                raise ValueError(f"--{flag}={getattr(args, flag)} is invalid: it must be >= 0")
         for flag in ("parallel", "runs_per_gpu"):
             if getattr(args, flag) < 1:
                 raise ValueError(f"--{flag}={getattr(args, flag)} is invalid: it must be >= 1")

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import time
@@ -52,6 +53,7 @@ class Options:
     test: str = "t"
     holm_family: str = "all"
     budget_minutes: float = 0.0
+    stop_minutes: float = 0.0
     parallel: int = 1
     runs_per_gpu: int = 1
     platform: str = "auto"
@@ -374,7 +376,14 @@ def code_digest() -> str:
 # ----------------------------------------------------------------------------- training
 
 
+def past_stop(opts: Options) -> bool:
+    """Whether ``--stop_minutes`` have passed since the command started (0: never)."""
+    return bool(opts.stop_minutes) and time.perf_counter() - opts.t0 > 60 * opts.stop_minutes
+
+
 def over_budget(opts: Options) -> bool:
+    if past_stop(opts):
+        return True
     if opts.budget_minutes and time.perf_counter() - opts.t0 > 60 * opts.budget_minutes:
         if not opts.budget_said:
             print(
@@ -395,13 +404,15 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
     reuse them). ``parallel P``: ``P`` runs side by side (``runs_per_gpu`` of them sharing a
     GPU), the single-stream runs first, each multi-stream run once the runs its phase 1 reuses
     have ended (:func:`launch.sweep.run_local`); no run starts once the budget is spent.
+    Once ``--stop_minutes`` have passed, the runs training are stopped (SIGTERM: each saves a
+    checkpoint) and it returns ``STOPPED + SIGTERM``, as if the study had been sent one.
     """
     runs = [r for r in runs if not done(r)]
     skip = unreproduced_stream(opts.runs_dir, opts.record, opts.rerun)
-    watch = departing(opts.runs_dir, opts.record, opts.rerun)
+    watch = stopping(departing(opts.runs_dir, opts.record, opts.rerun), opts)
     if opts.parallel > 1:
         if over_budget(opts):
-            return 0
+            return _stop_status(opts, 0, runs)
         code = sweep.run_local(
             sorted(runs, key=lambda r: r.multi),  # stable: the plan's order within each kind
             opts.parallel,
@@ -413,22 +424,46 @@ def run_groups(runs: Sequence, opts: Options, after: Callable[[], None], done) -
             skip=skip,
             watch=watch,
         )
-        return code
+        return _stop_status(opts, code, runs)
     status = 0
     for run in runs:
         if sweep.finished(run):
             continue
         if over_budget(opts):
-            return status
+            return _stop_status(opts, status, runs)
         if why := skip(run):
             print(f"sweep: not starting {run.workdir}: {why}", flush=True)
             continue
         code = sweep.run_local([run], 1, None, opts.platform, watch=watch)
         after()
+        code = _stop_status(opts, code, runs)
         if code >= STOPPED:
             return code
         status |= code
     return status
+
+
+def stopping(watch: Callable, opts: Options) -> Callable:
+    """``watch`` (a run's reason to stop, or None) that also stops every run once
+    ``--stop_minutes`` have passed."""
+
+    def why(run) -> str | None:
+        if past_stop(opts):
+            return (
+                f"--stop_minutes={opts.stop_minutes:g} have passed: it saves a checkpoint and "
+                "stops (the same command resumes)"
+            )
+        return watch(run)
+
+    return why
+
+
+def _stop_status(opts: Options, code: int, runs: Sequence) -> int:
+    """``code``, or ``STOPPED + SIGTERM`` once ``--stop_minutes`` have passed with some of
+    ``runs`` unfinished (a signal's status stays: it came first)."""
+    if code < STOPPED and past_stop(opts) and not all(map(sweep.finished, runs)):
+        return STOPPED + signal.SIGTERM
+    return code
 
 
 def svm_done(point: dict, runs_dir: str, rows: dict) -> bool:
@@ -746,7 +781,8 @@ def run(study: Study, opts: Options) -> int:
                 code = run_groups(runs, opts, after, done)
                 if code >= STOPPED:
                     after(final=True)
-                    print(f"study: stopped by a signal; {count[0]} run(s) landed", flush=True)
+                    why = f"--stop_minutes={opts.stop_minutes:g}" if past_stop(opts) else "a signal"
+                    print(f"study: stopped by {why}; {count[0]} run(s) landed", flush=True)
                     return code
                 status |= code
             if note:
