@@ -5,8 +5,8 @@
         [--min_steps 600] [--min_epochs 300] [--batch_size 64] [--width_divisor 2]
         [--seeds_in_one] [--rerun main/DATASET/FAMILY/LABEL,...]
     python -m launch.studies digits run    (plan's options) [--out DIR] [--budget_minutes 0]
-        [--stop_minutes 0] [--parallel 1] [--runs_per_gpu 1] [--platform auto|cpu|gpu] [--commit] [--dry_run]
-        [--test t|signflip|wilcoxon] [--holm_family all|claim]
+        [--stop_minutes 0] [--parallel 1] [--runs_per_gpu 1] [--platform auto|cpu|gpu] [--commit]
+        [--dry_run] [--test t|signflip|wilcoxon] [--holm_family all|claim]
     python -m launch.studies digits report [--record FILE] [--out DIR] [--runs_dir DIR]
         [--curves DIR] [--no_figures] [rule options] [--seeds ...] [--test ...] [--holm_family ...]
     python -m launch.studies digits status (plan's options)
