@@ -44,6 +44,7 @@ import numpy as np
 from invjax import fields
 from invjax import groups as G
 from invjax import precision as P
+from invjax.contract import Exact, Typed
 
 TRIVIAL_GROUP = G.cyclic(1)
 
@@ -76,8 +77,7 @@ def grid_group(input_shape: Sequence[int]) -> G.Group:
 def exact_group(module, input_shape: Sequence[int]) -> G.Group:
     """The group of elements ``module`` is exact for on inputs of ``input_shape`` (module
     docstring): its own ``exact_group(input_shape)`` met with :func:`grid_group`."""
-    rule = getattr(module, "exact_group", None)
-    own = rule(tuple(input_shape)) if callable(rule) else TRIVIAL_GROUP
+    own = module.exact_group(tuple(input_shape)) if isinstance(module, Exact) else TRIVIAL_GROUP
     return G.intersect(own, grid_group(input_shape))
 
 
@@ -110,21 +110,9 @@ def relative_error(a, b, *, per_sample: bool = False, ord: float = 2) -> float:
 
 
 def input_type(module) -> fields.FieldType:
-    """The field type ``module`` takes: the first of trivial, regular ``module.group`` that its
-    ``out_type`` rule accepts (trivial for modules without one, e.g. whole networks)."""
-    rule = getattr(module, "out_type", None)
-    if rule is None:
-        return fields.TRIVIAL
-    candidates = [fields.TRIVIAL]
-    if getattr(module, "group", None) is not None:
-        candidates.append(fields.FieldType.regular_type(module.group))
-    for t in candidates:
-        try:
-            rule(t)
-            return t
-        except ValueError:
-            continue
-    raise ValueError(f"cannot tell the input field type of {type(module).__name__}: give in_type")
+    """The field type ``module`` takes: its :meth:`invjax.contract.Typed.in_type` (trivial for
+    modules that are not :class:`~invjax.contract.Typed`, e.g. whole networks)."""
+    return module.in_type() if isinstance(module, Typed) else fields.TRIVIAL
 
 
 def _transforms(module, x_shape, transforms, in_type):
@@ -217,8 +205,7 @@ def check_equivariance(
                 "group elements to measure equivariance"
             )
         if out_type is None:
-            rule = getattr(module, "out_type", None)
-            out_type = rule(in_type) if rule is not None else fields.TRIVIAL
+            out_type = module.out_type(in_type) if isinstance(module, Typed) else fields.TRIVIAL
     run = jax.jit(apply)
     # The shapes of transformed inputs differ only for 90-degree rotations of non-square inputs;
     # inputs of one shape share one batch (one compilation, one call).

@@ -30,6 +30,7 @@ import flax.struct
 import jax.numpy as jnp
 
 from invjax import groups as G
+from invjax.contract import Typed
 
 KINDS = ("trivial", "regular")
 _TRIVIAL_GROUP = G.cyclic(1)
@@ -162,9 +163,8 @@ def check_sequence(layers: Sequence, in_type: FieldType = TRIVIAL) -> FieldType:
     layer's error when the chain is wrong. Nothing is computed."""
     t = in_type
     for layer in layers:
-        rule = getattr(layer, "out_type", None)
-        if rule is not None:
-            t = rule(t)
+        if isinstance(layer, Typed):
+            t = layer.out_type(t)
     return t
 
 

@@ -50,12 +50,16 @@ compilation cache on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from invjax.contract import Precise, precision_scope
 
 PRECISIONS = ("default", "highest", "bf16", "exact_fast")
 #: The precision at which invjax promises exactness on every backend and measures invariance.
@@ -212,16 +216,24 @@ def dense_dot_general(name: str | None):
 
 
 def configure(model, name: str | None, strict: bool = True):
-    """``model`` (a Flax module) with precision ``name``: a clone whose ``precision`` field, and
-    that of every module-valued field (the streams of a multi-stream network), is ``name``.
+    """``model`` (a Flax Linen module) computing in precision ``name``: a new module, so a
+    function closing over it is traced for this arithmetic.
 
-    A new module, so a function closing over it is traced for this arithmetic. A model without a
-    ``precision`` field of invjax's meaning cannot honour the setting: one clear error, or with
-    ``strict=False`` the model itself (its products then follow :func:`jax_default`)."""
+    - A :class:`invjax.contract.Precise` module (every invjax layer and network, and a
+      researcher's module deriving from it): a clone whose ``precision`` field is ``name``, and
+      every module-valued field (the streams of a multi-stream network) configured the same way.
+    - Any other Linen module (a researcher's wrapper around invjax layers): the same module in a
+      subclass whose ``__call__``, ``init`` and ``apply`` construct every invjax layer inside in
+      ``name`` (:func:`invjax.contract.precision_scope`) and trace the products of Flax's own
+      layers in :func:`jax_default`'s closest setting. Its variables are the wrapper's: the same
+      names, the same tree.
+    - Flax's own layers (``nn.Dense`` ...) hold no invjax layer and take a lax precision under
+      the same field name, and objects that are no Linen module cannot be configured: one clear
+      error, or with ``strict=False`` the object itself.
+    """
     check(name, allow_none=True)
-    fields = getattr(model, "__dataclass_fields__", {})
-    # Only invjax's modules: Flax's own take a lax precision under the same field name.
-    if "precision" not in fields or not type(model).__module__.startswith("invjax."):
+    foreign = not isinstance(model, nn.Module) or type(model).__module__.startswith("flax.")
+    if foreign and not isinstance(model, Precise):
         if not strict:
             return model
         raise ValueError(
@@ -229,11 +241,36 @@ def configure(model, name: str | None, strict: bool = True):
             f"precision {name!r}"
         )
     subs = {
-        f: configure(getattr(model, f), name, strict)
-        for f in fields
-        if f not in ("parent", "name") and _is_module(getattr(model, f, None))
+        f.name: configure(getattr(model, f.name), name, strict)
+        for f in dataclasses.fields(model)
+        if f.init
+        and f.name not in ("parent", "name")
+        and isinstance(getattr(model, f.name, None), nn.Module)
     }
-    return model.clone(precision=name, **subs)
+    if isinstance(model, Precise):
+        return model.clone(precision=name, **subs)
+    attrs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.init}
+    attrs.update(subs, parent=None)
+    return _scoped_class(type(model), name)(**attrs)
+
+
+@functools.cache
+def _scoped_class(cls: type, name: str | None) -> type:
+    """``cls`` whose entry points run inside ``name``'s scope (:func:`configure`); one class per
+    (class, mode), under the same name, so auto-named variables keep their names."""
+
+    def scoped(method):
+        @functools.wraps(method)
+        def run(self, *args, **kwargs):
+            mode = contextlib.nullcontext() if name is None else jax_default(name)
+            with precision_scope(name), mode:
+                return method(self, *args, **kwargs)
+
+        return run
+
+    body = {m: scoped(getattr(cls, m)) for m in ("__call__", "init", "init_with_output", "apply")}
+    body.update(__module__=cls.__module__, __qualname__=cls.__qualname__, __doc__=cls.__doc__)
+    return type(cls.__name__, (cls,), body)
 
 
 #: JAX's ``default_matmul_precision`` closest to each mode, for products that take no invjax
@@ -252,10 +289,6 @@ def jax_default(name: str):
     its compilation cache on this setting; invjax's own layers take theirs explicitly."""
     mode = check(name).partition("@")[0]
     return jax.default_matmul_precision("highest" if "@" in name else _JAX_DEFAULT[mode])
-
-
-def _is_module(v) -> bool:
-    return dataclasses.is_dataclass(v) and hasattr(v, "clone") and hasattr(v, "apply")
 
 
 def is_exact(name: str, backend: str | None = None) -> bool:

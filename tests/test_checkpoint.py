@@ -23,6 +23,7 @@ from tiny_runs import SHARED_RUN, one_line_error, run_module
 
 from invjax import checkpoint, data, models, train
 from invjax import workdir as workdir_lib
+from invjax.contract import EpochHooks
 from invjax.models.simple import SimpleCNN
 from invjax.training import loop
 from invjax.training.experiment import prepare
@@ -38,7 +39,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOK_CALLS: list[int] = []
 
 
-class HookedCNN(nn.Module):
+class HookedCNN(EpochHooks, nn.Module):
     """The tiny CNN plus a ``counters`` collection that its ``on_epoch_end`` sets."""
 
     width: int = 4

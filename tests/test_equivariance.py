@@ -10,6 +10,7 @@ import pytest
 
 from invjax import equivariance as E
 from invjax import groups as G
+from invjax.contract import Exact
 from invjax.fields import TRIVIAL, Field, FieldType, check_sequence
 from invjax.invariance import transform_family
 from invjax.layers.e2 import E2BatchNorm, E2Conv, E2LiftConv, GroupPool, Restrict
@@ -117,7 +118,7 @@ def test_check_equivariance_of_a_group_convolution_on_a_photo():
     assert every["rot45"] > 1e-3, every
 
 
-class _Claims(nn.Module):
+class _Claims(Exact, nn.Module):
     """A plain convolution that claims D4: the measurement must catch it."""
 
     @nn.compact

@@ -13,6 +13,7 @@ import pytest
 from invjax import certificate, compilation_cache, equivariance
 from invjax import groups as G
 from invjax import precision as P
+from invjax.contract import Exact
 from invjax.equivariance import relative_error as rel
 from invjax.layers.e2 import E2Conv, E2LiftConv
 from invjax.models.simple import SimpleCNN
@@ -261,7 +262,7 @@ def test_certificate_of_an_e2_network_on_photos(photo_batch, tiny_e2_wrn):
     assert not plain["by_precision"]["highest"]["holds"]
 
 
-class _NotInvariant:
+class _NotInvariant(Exact):
     """A 'model' that claims D4 while its logits read one corner: not rotation invariant."""
 
     def exact_group(self, input_shape):

@@ -71,6 +71,8 @@ import numpy as np
 from flax import traverse_util
 
 from invjax import precision as P
+from invjax.contract import Exportable, Typed
+from invjax.fields import Field
 
 __all__ = ["FORMAT", "ExportError", "ExportedModel", "export", "load"]
 
@@ -163,13 +165,24 @@ def _flax_batch_norm_call(module, arrays, x, *args, **kwargs):
 
 
 def _form(module: nn.Module):
-    """``(arrays(x, *args), call(arrays, *args, **kwargs))`` of ``module``'s inference form, or
-    None (the training form is the inference form). ``arrays`` may also answer None."""
-    if hasattr(type(module), "inference_arrays"):
-        return (
-            lambda *a, **k: module.inference_arrays(a[0]),
-            module.inference_call,
-        )
+    """``(arrays(x, *args), call(arrays, x, *args, **kwargs))`` of ``module``'s inference form,
+    or None (the training form is the inference form). ``arrays`` may also answer None.
+
+    A contract layer (:class:`invjax.contract.Exportable`) sees the array alone: ``x`` unwrapped
+    from a :class:`~invjax.fields.Field` (its output wrapped back in the type the layer maps it
+    to), eval-mode arguments such as ``train=False`` dropped."""
+    if isinstance(module, Exportable):
+
+        def arrays(x, *args, **kwargs):
+            return module.inference_arrays(x.tensor if isinstance(x, Field) else x)
+
+        def call(found, x, *args, **kwargs):
+            if not isinstance(x, Field):
+                return module.inference_call(found, x)
+            out = module.out_type(x.type) if isinstance(module, Typed) else x.type
+            return Field(module.inference_call(found, x.tensor), out)
+
+        return arrays, call
     if type(module) is nn.BatchNorm:
         ra = module.use_running_average
 

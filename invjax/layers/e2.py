@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from invjax import fields
 from invjax.bases import e2 as e2_bases
+from invjax.contract import Exact, Exportable, Precise, Typed
 from invjax.fields import FieldType
 from invjax.groups import Group, as_group_fields, check_chain, dihedral, is_subgroup
 from invjax.ops import e2 as ops
@@ -88,7 +89,7 @@ def _steerable_basis(module, g):
     )
 
 
-class E2LiftConv(nn.Module):
+class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
     """Lifting convolution: trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', features * |G|]``.
 
     ``psi_g = L_g psi`` with ``psi`` a learnt combination of the steerable basis (eq. 2 with the
@@ -120,6 +121,9 @@ class E2LiftConv(nn.Module):
             raise fields.mismatch(f"E2LiftConv({self.group.name})", "trivial fields", in_type)
         return FieldType.regular_type(self.group)
 
+    def in_type(self) -> FieldType:
+        return fields.TRIVIAL
+
     @nn.compact
     def __call__(self, x):
         g = self.group
@@ -148,7 +152,7 @@ class E2LiftConv(nn.Module):
         )
 
 
-class E2Conv(nn.Module):
+class E2Conv(Exact, Typed, Exportable, Precise, nn.Module):
     """Group convolution on regular fields: ``[B, H, W, Ci * |G|]`` -> ``[B, H', W', features * |G|]``.
 
     With ``trivial_out=True`` the output fields are invariant (trivial representation):
@@ -179,6 +183,9 @@ class E2Conv(nn.Module):
         """regular ``group`` -> regular ``group`` (trivial with ``trivial_out``)."""
         _regular_in(self, in_type, f"E2Conv({self.group.name})")
         return fields.TRIVIAL if self.trivial_out else in_type
+
+    def in_type(self) -> FieldType:
+        return FieldType.regular_type(self.group)
 
     @nn.compact
     def __call__(self, x):
@@ -222,7 +229,7 @@ class E2Conv(nn.Module):
         )
 
 
-class GroupPool(nn.Module):
+class GroupPool(Exact, Typed, nn.Module):
     """Max (or mean) over each field's group channels: ``[..., C * |G|] -> [..., C]``."""
 
     group: Group = D4
@@ -241,6 +248,9 @@ class GroupPool(nn.Module):
         _regular_in(self, in_type, f"GroupPool({self.group.name})")
         return fields.TRIVIAL
 
+    def in_type(self) -> FieldType:
+        return FieldType.regular_type(self.group)
+
     @nn.compact
     def __call__(self, x):
         g = self.group
@@ -249,7 +259,7 @@ class GroupPool(nn.Module):
         return fields.emit(ops.group_pool(x, g.order, self.reduce), out)
 
 
-class Restrict(nn.Module):
+class Restrict(Exact, Typed, nn.Module):
     """Restriction of regular fields from ``group`` to a subgroup (D8 -> D4 -> D1, C8 -> C4 ...).
 
     ``[..., C * |G|] -> [..., C * [G:H] * |H|]``: a static channel relabelling, so the channel count
@@ -273,6 +283,9 @@ class Restrict(nn.Module):
         _regular_in(self, in_type, f"Restrict({self.group.name}->{self.subgroup.name})")
         return FieldType.regular_type(self.subgroup)
 
+    def in_type(self) -> FieldType:
+        return FieldType.regular_type(self.group)
+
     @nn.compact
     def __call__(self, x):
         g, h = self.group, self.subgroup
@@ -281,7 +294,7 @@ class Restrict(nn.Module):
         return fields.emit(ops.restrict(x, g, h), out)
 
 
-class E2BatchNorm(nn.Module):
+class E2BatchNorm(Exact, Typed, Exportable, nn.Module):
     """Batch normalisation with statistics, scale and bias shared within each field.
 
     Sharing over the ``|G|`` channels of a field keeps the layer equivariant (the group permutes
@@ -315,6 +328,9 @@ class E2BatchNorm(nn.Module):
             )
         return in_type
 
+    def in_type(self) -> FieldType:
+        return fields.TRIVIAL  # any type it accepts; trivial is the one every group takes
+
     @nn.compact
     def __call__(self, x, train: bool = False):
         order = 1 if self.group is None else self.group.order
@@ -347,7 +363,6 @@ class E2BatchNorm(nn.Module):
         add = self.get_variable("params", "bias") - mean * mul
         return {"scale": jnp.repeat(mul, order), "shift": jnp.repeat(add, order)}
 
-    def inference_call(self, arrays, x, train: bool = False):
+    def inference_call(self, arrays, x):
         """``x * a + s`` (eval mode only)."""
-        del train
         return x * arrays["scale"] + arrays["shift"]

@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from invjax import precision as P
+from invjax.contract import Exportable, Precise
 from invjax.layers.ii import FEATURES_NAME
 
 STREAMS = ("e2", "scale", "std")
@@ -54,7 +55,7 @@ def ordered(features: Mapping) -> list[str]:
     return names + sorted(set(features) - set(names))
 
 
-class StreamCombination(nn.Module):
+class StreamCombination(Exportable, Precise, nn.Module):
     """Combine per-stream invariant features ``{name: [B, C_j]}`` into ``[B, C_map]``.
 
     See the module docstring for the modes and the equation.

@@ -49,6 +49,7 @@ from flax.core import freeze, unfreeze
 
 from invjax import groups as G
 from invjax import precision as P
+from invjax.contract import Exact, Exportable, Precise
 from invjax.ops import ii as ops
 
 MASK_COLLECTION = "ii_mask"
@@ -123,7 +124,7 @@ def _ws_inference_call(arrays, x, precision: str | None):
     return P.einsum("bn,no->bo", x.reshape(x.shape[0], -1), arrays["kernel"], precision)
 
 
-class E2InvariantIntegration(nn.Module):
+class E2InvariantIntegration(Exact, Exportable, Precise, nn.Module):
     """E(2)-II with a weighted sum, equation (5) (equation (4) when ``group`` has no flips).
 
     ``A_o = 1/(|G| U V) sum_{g, t} sum_{y, i} x_i(y) (L_g psi_{i,o})(y - t)`` with a learnable
@@ -161,12 +162,12 @@ class E2InvariantIntegration(nn.Module):
         """The weight map ``[H W C_in, features]`` (:func:`_ws_inference_arrays`)."""
         return _ws_inference_arrays(self, x, self.group, self.interpolation)
 
-    def inference_call(self, arrays, x, train: bool = False):
+    def inference_call(self, arrays, x):
         """``A = flatten(x) M``: ``[B, features]``."""
         return _ws_inference_call(arrays, x, self.precision)
 
 
-class RotationInvariantIntegration(nn.Module):
+class RotationInvariantIntegration(Exportable, Precise, nn.Module):
     """Rotation-II with a weighted sum, equation (4): E(2)-II over ``C_N`` (``n_rotations``).
 
     Shapes: ``[B, H, W, C_in] -> [B, features]``.
@@ -190,12 +191,12 @@ class RotationInvariantIntegration(nn.Module):
         """The weight map ``[H W C_in, features]`` (:func:`_ws_inference_arrays`)."""
         return _ws_inference_arrays(self, x, G.cyclic(self.n_rotations), self.interpolation)
 
-    def inference_call(self, arrays, x, train: bool = False):
+    def inference_call(self, arrays, x):
         """``A = flatten(x) M``: ``[B, features]``."""
         return _ws_inference_call(arrays, x, self.precision)
 
 
-class TranslationInvariantIntegration(nn.Module):
+class TranslationInvariantIntegration(Exportable, Precise, nn.Module):
     """Translation-II with a weighted sum: a bias-free ``k x k`` convolution, then average pooling.
 
     The standard stream's II (Section 4.4); E(2)-II over the trivial group.
@@ -217,12 +218,12 @@ class TranslationInvariantIntegration(nn.Module):
         """The weight map ``[H W C_in, features]`` (:func:`_ws_inference_arrays`)."""
         return _ws_inference_arrays(self, x, G.cyclic(1), "bilinear")
 
-    def inference_call(self, arrays, x, train: bool = False):
+    def inference_call(self, arrays, x):
         """``A = flatten(x) M``: ``[B, features]``."""
         return _ws_inference_call(arrays, x, self.precision)
 
 
-class ScaleInvariantIntegration(nn.Module):
+class ScaleInvariantIntegration(Exportable, Precise, nn.Module):
     """Scale-II with a weighted sum, equation (7).
 
     ``A_o = mean_t (x' * psi_o)(t) / mean_{y, i} x'_i(y)`` with ``x' = max(x, epsilon)`` (ReLU
@@ -259,13 +260,13 @@ class ScaleInvariantIntegration(nn.Module):
         """The numerator's weight map ``[H W C_in, features]`` (translation-II, eq. 7)."""
         return _ws_inference_arrays(self, x, None, "bilinear")
 
-    def inference_call(self, arrays, x, train: bool = False):
+    def inference_call(self, arrays, x):
         """``A = flatten(x') M / mean(x')`` with ``x' = max(x, epsilon)``: ``[B, features]``."""
         xc = ops.clamp(x, self.epsilon)
         return _ws_inference_call(arrays, xc, self.precision) / xc.mean(axis=(1, 2, 3))[:, None]
 
 
-class ScaleMonomialInvariantIntegration(nn.Module):
+class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):
     """Scale-II with monomials, equation (6): ``n_pairs`` ratios of translation-averaged monomials.
 
     Each monomial has ``n_factors`` factors ``x_c(t + o)^b`` with channel ``c``, offset ``o`` in the
@@ -383,7 +384,7 @@ class ScaleMonomialInvariantIntegration(nn.Module):
             "weight": mask[active].astype(np.float32),
         }
 
-    def inference_call(self, arrays, x, train: bool = False):
+    def inference_call(self, arrays, x):
         """The active pairs' ``log A`` (:func:`invjax.ops.ii.monomial_log_ratios`; ``exp`` of it
         for ``output='ratio'``) scattered into ``[B, n_pairs]``; pruned pairs stay 0 as in the
         training form. ``layout='channels'``: the active pairs' weighted mean per channel,
@@ -435,7 +436,7 @@ class MixedPooling(nn.Module):
         return y
 
 
-class AveragePooling(nn.Module):
+class AveragePooling(Exact, nn.Module):
     """Global average pooling over the spatial axes. Shapes: ``[B, H, W, C] -> [B, C]``."""
 
     def exact_group(self, input_shape) -> G.Group:

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from invjax.bases import scale as scale_bases
+from invjax.contract import Exportable, Precise
 from invjax.groups import DEFAULT_SCALES
 from invjax.ops import scale as ops
 from invjax.ops.conv import inference_kernel
@@ -81,7 +82,7 @@ def _expanded_arrays(layer: nn.Module, x, expand) -> dict:
     return out
 
 
-class ScaleLiftConv(nn.Module):
+class ScaleLiftConv(Exportable, Precise, nn.Module):
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, features]`` (SESN Z2 -> H).
 
     ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, then one conv2d, one
@@ -143,7 +144,7 @@ class ScaleLiftConv(nn.Module):
         return y + arrays["bias"] if "bias" in arrays else y
 
 
-class ScaleConv(nn.Module):
+class ScaleConv(Exportable, Precise, nn.Module):
     """Scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, features]`` (SESN H -> H).
 
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
@@ -226,7 +227,7 @@ class ScaleMaxProjection(nn.Module):
         return ops.scale_max_projection(x)
 
 
-class ScaleBatchNorm(nn.Module):
+class ScaleBatchNorm(Exportable, nn.Module):
     """Batch norm of ``[B, H, W, S, C]`` with one mean/variance/scale/bias per channel ``C``.
 
     Statistics are taken over batch, space and all scales, so the same affine map acts at every
@@ -274,9 +275,8 @@ class ScaleBatchNorm(nn.Module):
         s = self.get_variable("params", "bias") - self.get_variable("batch_stats", "mean") * a
         return {"scale": a, "shift": s}
 
-    def inference_call(self, arrays, x, train: bool = False):
+    def inference_call(self, arrays, x):
         """``x * a + s`` (eval mode only)."""
-        del train
         return (x.astype(jnp.float32) * arrays["scale"] + arrays["shift"]).astype(x.dtype)
 
 

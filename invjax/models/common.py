@@ -14,13 +14,14 @@ import numpy as np
 from flax import traverse_util
 
 from invjax import groups as G
+from invjax.contract import Exportable, Precise
 from invjax.ops.conv import conv2d, inference_kernel
 
 # He-normal (fan-in) like the E(2) layers: keeps activations of order one in deep pre-act WRNs.
 he_normal = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
 
 
-class StdConv(nn.Module):
+class StdConv(Exportable, Precise, nn.Module):
     """A plain ``k x k`` convolution through :func:`conv2d` (``downsample``: its stride-2 rule).
 
     Shapes: ``[B, H, W, C_in] -> [B, H', W', features]`` (``H' = ceil(H / stride)``).

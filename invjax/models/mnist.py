@@ -56,6 +56,7 @@ from jax import lax
 
 from invjax import groups as G
 from invjax import precision as P
+from invjax.contract import EpochHooks, Precise
 from invjax.layers import ii as iil
 from invjax.models import register
 from invjax.models.common import StdConv, divide_width, upsample
@@ -87,7 +88,7 @@ def sesn_max_pool(x, window: int = 8, padding: int = 2):
     return lax.reduce_window(x, -jnp.inf, lax.max, dims, dims, pads)
 
 
-class ScaledMNISTNet(nn.Module):
+class ScaledMNISTNet(EpochHooks, Precise, nn.Module):
     """CNN / SES-CNN / DISCO / II-DISCO (see the module docstring). ``[B, H, W, C] -> [B, 10]``."""
 
     family: str = "scale"

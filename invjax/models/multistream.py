@@ -30,6 +30,7 @@ import jax
 
 from invjax import groups as G
 from invjax import precision as P
+from invjax.contract import Exact, Precise
 from invjax.layers.heads import STREAMS, StreamCombination, check_mode
 from invjax.models import REGISTRY, register
 
@@ -37,7 +38,7 @@ PHASE2_TRAINABLE = ("head", "classifier")
 """Parameter path prefixes that train in phase 2 (``config.train.trainable``)."""
 
 
-class MultiStreamNetwork(nn.Module):
+class MultiStreamNetwork(Exact, Precise, nn.Module):
     """Streams ``e2`` / ``scale`` / ``std`` (any subset of at least two, or one for tests), a
     combination head and a classifier. Shapes: ``[B, H, W, C] -> [B, num_classes]``.
 
@@ -88,8 +89,8 @@ class MultiStreamNetwork(nn.Module):
         combines invariant features, so the network is exact for what every stream is exact for."""
         group = None
         for n in self.stream_names():
-            rule = getattr(getattr(self, n), "exact_group", None)
-            g = rule(input_shape) if rule is not None else G.cyclic(1)
+            stream = getattr(self, n)
+            g = stream.exact_group(input_shape) if isinstance(stream, Exact) else G.cyclic(1)
             group = g if group is None else G.intersect(group, g)
         return group or G.cyclic(1)
 

@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from invjax import precision as P
+from invjax.contract import Precise
 from invjax.models import register
 
 
@@ -18,7 +19,7 @@ def _conv(lhs, rhs, window_strides, padding, *, mode, precision=None, **kwargs):
     return P.conv(lhs, rhs, mode, window_strides=window_strides, padding=padding, **kwargs)
 
 
-class SimpleCNN(nn.Module):
+class SimpleCNN(Precise, nn.Module):
     """conv(width) -> BN -> ReLU -> conv(2 width, stride 2) -> BN -> ReLU -> avg pool -> dropout -> dense.
 
     Shapes: ``[B, H, W, C] -> [B, num_classes]``.

@@ -74,6 +74,7 @@ import jax.numpy as jnp
 
 from invjax import groups as G
 from invjax import precision as P
+from invjax.contract import Exact, Exportable, Precise
 from invjax.layers import e2 as e2l
 from invjax.layers import ii as iil
 from invjax.models import register
@@ -170,7 +171,7 @@ def wrn_widths(
     }
 
 
-class ScalePointwiseConv(nn.Module):
+class ScalePointwiseConv(Exportable, Precise, nn.Module):
     """1x1 convolution shared over scales (SESN's ``SESConv_H_H_1x1``), via :func:`conv2d`.
 
     Shapes: ``[B, H, W, S, C_in] -> [B, H', W', S, features]``.
@@ -362,7 +363,7 @@ class WRNBlock(nn.Module):
         return y + short
 
 
-class WideResNet(nn.Module):
+class WideResNet(Exact, Precise, nn.Module):
     """Pre-activation Wide-ResNet ``WRN{depth}-{widen_factor}`` of one convolution family.
 
     Shapes: ``[B, H, W, C] -> [B, num_classes]`` (``features``: ``[B, C_out]``). See the module

@@ -4,7 +4,8 @@
 checkpoints say), evaluates the reported model (best validation epoch or last) on val and test,
 measures its invariance (:mod:`invjax.certificate`) and writes ``results.json``.
 
-Epoch ends, the one protocol between the trainer and a model: a model may define
+Epoch ends, the one protocol between the trainer and a model: a model that is an
+:class:`invjax.contract.EpochHooks` defines
 
     on_epoch_end(self, variables: dict, epochs_done: int, images) -> dict
 
@@ -16,13 +17,13 @@ if nothing changes). It is called after every epoch (``epochs_done`` = epochs co
 of a fresh run (Scale-II monomial pruning "after 0, 5 and 10 epochs",
 :meth:`invjax.models.mnist.ScaledMNISTNet.on_epoch_end`). It must be a deterministic function of
 its arguments, so that a resumed run repeats an uninterrupted one. A model whose hook acts only
-at some epoch ends may also define
+at some epoch ends also defines
 
     acts_at_epoch_end(self, epochs_done: int) -> bool
 
 False promises that ``on_epoch_end`` would return ``variables`` unchanged after ``epochs_done``
 epochs; the trainer then skips the call, and K models trained as one vmapped program keep their
-stacked state through that epoch end (:mod:`invjax.training.lockstep`). Without it, every epoch
+stacked state through that epoch end (:mod:`invjax.training.lockstep`). By default every epoch
 end calls the hook.
 
 ``meta`` (checkpointed as JSON with each step) carries what is not an array: the running sums of
@@ -49,6 +50,7 @@ from invjax import certificate, checkpoint, parallel
 from invjax import data as data_lib
 from invjax import precision as P
 from invjax import workdir as workdir_lib
+from invjax.contract import EpochHooks
 from invjax.logging_utils import METRICS_FILE, Reporter, hparams, read_records
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
@@ -190,7 +192,8 @@ class _Loop:
         self.spe, self.bsz = exp.steps_per_epoch, self.tc.batch_size
         images = self.ds.train.images[: min(self.bsz, len(self.ds.train))]
         self.epoch_end_images = data_lib.to_float(images, self.ds.mean, self.ds.std)
-        self.on_epoch_end = getattr(exp.model, "on_epoch_end", None)  # the model's, if any
+        # the model's epoch hooks, if it has them (invjax.contract.EpochHooks)
+        self.on_epoch_end = exp.model.on_epoch_end if isinstance(exp.model, EpochHooks) else None
         if exp.restored is not None:
             self.state, self.meta = exp.restored.state, exp.restored.meta
             if self.primary:
@@ -246,8 +249,7 @@ class _Loop:
         epochs (its ``acts_at_epoch_end``, module docstring; every epoch where it has none)."""
         if self.on_epoch_end is None:
             return False
-        acts = getattr(self.exp.model, "acts_at_epoch_end", None)
-        return acts is None or bool(acts(epochs_done))
+        return bool(self.exp.model.acts_at_epoch_end(epochs_done))
 
     def epoch_end_call(self, state, epochs_done: int):
         """The model's ``on_epoch_end`` (module docstring) applied to the state's variables."""
