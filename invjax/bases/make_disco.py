@@ -559,7 +559,7 @@ def _main_disco(args, given) -> dict:
     return meta
 
 
-def main(argv=None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m invjax.bases.make_disco", description="Generate a DISCO scale basis."
     )
@@ -586,7 +586,84 @@ def main(argv=None) -> dict:
     parser.add_argument("--adam-lr", type=float, default=0.01)
     parser.add_argument("--base-sigma", type=float, default=None, help="Hermite mixing width")
     parser.add_argument("--no-hermite", action="store_true", help="ship the raw delta basis")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _fit(quad: QuadraticObjective, args, held_out, scales, k: int, t_gram: float) -> dict:
+    """Both solvers on ``quad`` (closed-form least squares and Adam), each scored on the
+    training and held-out images: ``{'least_squares': ..., 'adam': ..., 'winner': name,
+    'raw': the winner's basis, 'adam_curve': {step: loss}}``. Ties (Adam converged to the exact
+    minimiser) go to the closed form."""
+    t0 = time.perf_counter()
+    raws = {"least_squares": quad.solve()}
+    times = {"least_squares": time.perf_counter() - t0}
+    t0 = time.perf_counter()
+    raws["adam"] = quad.adam(args.adam_steps, args.adam_lr)
+    times["adam"] = time.perf_counter() - t0
+    marks = [m for m in (10, 100, 300, 1000) if m < args.adam_steps]
+    out = {"adam_curve": {str(m): float(quad.adam_history[m]) for m in marks} if quad.free else {}}
+    for name in ("least_squares", "adam"):
+        out[name] = {
+            "train_loss": quad.value(raws[name]),
+            "held_out": evaluate(raws[name], held_out, scales, k),
+            "time_s": times[name],
+            "time_with_features_s": times[name] + t_gram,
+        }
+        print(
+            f"{name:14s} J(train)={out[name]['train_loss']:.5e} "
+            f"J(held-out)={out[name]['held_out']['loss']:.5e} "
+            f"rel(held-out)={out[name]['held_out']['relative_error']:.4e} "
+            f"time={times[name]:.2f}s (+{t_gram:.2f}s features/Gram)",
+            flush=True,
+        )
+    lsq_j, adam_j = out["least_squares"]["train_loss"], out["adam"]["train_loss"]
+    out["winner"] = "adam" if adam_j < lsq_j * (1 - 1e-9) else "least_squares"
+    out["raw"] = raws[out["winner"]]
+    return out
+
+
+def _metadata(args, given, k, e, scales, t_gram, fit, post, evals, digest) -> dict:
+    """The JSON written beside the basis: the command, the objective, both solvers' figures,
+    the shipped one, its post-processing and the held-out errors."""
+    winner = fit["winner"]
+    return {
+        "kernel_size": k,
+        "effective_size": e,
+        "scales": list(scales),
+        "ratio": args.ratio,
+        "command": "python -m invjax.bases.make_disco " + " ".join(given),
+        "arguments": vars(args),
+        "objective": (
+            "J = sum over scale pairs i<j of mean_{x,p,f} |L_{1/r}[x*psi_j] - [L_{1/r}x]*psi_i|^2, "
+            "r = s_j/s_i, uniform noise images, bicubic, box |p| <= N/(2r) - k//2 - 3; psi "
+            "fixed (dilated delta basis) at integer scales"
+        ),
+        "feature_and_gram_time_s": t_gram,
+        "least_squares": fit["least_squares"],
+        "adam": {
+            **fit["adam"],
+            "steps": args.adam_steps,
+            "lr": args.adam_lr,
+            "schedule": "cosine decay",
+            "init": "zeros",
+            "batch": "full (same Gram matrices as least squares)",
+            "train_loss_at_step": fit["adam_curve"],
+        },
+        "shipped": winner,
+        "final_loss": fit[winner]["train_loss"],
+        "final_loss_held_out": fit[winner]["held_out"]["loss"],
+        "post_processing": post,
+        "shipped_basis_held_out": evals["shipped"],
+        "hermite_basis_held_out": evals["hermite"],
+        "train_images": args.images,
+        "held_out_images": args.eval_images,
+        "image_size": args.image_size,
+        "npz_sha256": digest,
+    }
+
+
+def main(argv=None) -> dict:
+    args = _parser().parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
     if args.objective == "disco":
         return _main_disco(args, given)
@@ -620,43 +697,29 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     quad = QuadraticObjective(k, e, scales, train)
     t_gram = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    raw_lsq = quad.solve()
-    t_lsq = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    raw_adam = quad.adam(args.adam_steps, args.adam_lr)
-    t_adam = time.perf_counter() - t0
-
-    marks = [m for m in (10, 100, 300, 1000) if m < args.adam_steps]
-    adam_curve = {str(m): float(quad.adam_history[m]) for m in marks} if quad.free else {}
-    results = {}
-    for name, raw, t in (("least_squares", raw_lsq, t_lsq), ("adam", raw_adam, t_adam)):
-        results[name] = {
-            "train_loss": quad.value(raw),
-            "held_out": evaluate(raw, held_out, scales, k),
-            "time_s": t,
-            "time_with_features_s": t + t_gram,
-        }
-        print(
-            f"{name:14s} J(train)={results[name]['train_loss']:.5e} "
-            f"J(held-out)={results[name]['held_out']['loss']:.5e} "
-            f"rel(held-out)={results[name]['held_out']['relative_error']:.4e} "
-            f"time={t:.2f}s (+{t_gram:.2f}s features/Gram)",
-            flush=True,
-        )
-    # Ties (Adam converged to the exact minimiser) go to the closed form.
-    lsq_j, adam_j = results["least_squares"]["train_loss"], results["adam"]["train_loss"]
-    winner = "adam" if adam_j < lsq_j * (1 - 1e-9) else "least_squares"
-    raw = raw_lsq if winner == "least_squares" else raw_adam
+    fit = _fit(quad, args, held_out, scales, k, t_gram)
+    raw = fit["raw"]
     if args.no_hermite:
-        shipped, cond = raw, None
+        shipped, post = raw, "none (raw delta-parametrised basis)"
     else:
         shipped, cond = hermite_rotation(raw, e, sigma)
-    ev_final = evaluate(shipped, held_out, scales, k)
-    ev_herm = evaluate(np.asarray(hermite_basis(k, e, scales)), held_out, scales, k)
+        post = {
+            "hermite_mixing": "basis[s] = W @ raw[s], W[g, tap] = Hermite function g on the "
+            "effective grid (invjax.bases.scale.hermite_grid); then every function divided "
+            "by its norm at scale 1",
+            "base_sigma": sigma,
+            "condition_number": cond,
+        }
+    evals = {
+        "shipped": evaluate(shipped, held_out, scales, k),
+        "hermite": {
+            **evaluate(np.asarray(hermite_basis(k, e, scales)), held_out, scales, k),
+            "base_sigma": default_base_sigma(e),
+        },
+    }
     print(
-        f"shipped ({winner}): rel(held-out)={ev_final['relative_error']:.4e}; "
-        f"hermite basis: rel(held-out)={ev_herm['relative_error']:.4e}",
+        f"shipped ({fit['winner']}): rel(held-out)={evals['shipped']['relative_error']:.4e}; "
+        f"hermite basis: rel(held-out)={evals['hermite']['relative_error']:.4e}",
         flush=True,
     )
 
@@ -666,50 +729,7 @@ def main(argv=None) -> dict:
     np.savez_compressed(npz_path, basis=shipped, raw=raw, scales=np.asarray(scales))
     with open(npz_path, "rb") as fh:
         digest = hashlib.sha256(fh.read()).hexdigest()
-    meta = {
-        "kernel_size": k,
-        "effective_size": e,
-        "scales": list(scales),
-        "ratio": args.ratio,
-        "command": "python -m invjax.bases.make_disco " + " ".join(given),
-        "arguments": vars(args),
-        "objective": (
-            "J = sum over scale pairs i<j of mean_{x,p,f} |L_{1/r}[x*psi_j] - [L_{1/r}x]*psi_i|^2, "
-            "r = s_j/s_i, uniform noise images, bicubic, box |p| <= N/(2r) - k//2 - 3; psi "
-            "fixed (dilated delta basis) at integer scales"
-        ),
-        "feature_and_gram_time_s": t_gram,
-        "least_squares": results["least_squares"],
-        "adam": {
-            **results["adam"],
-            "steps": args.adam_steps,
-            "lr": args.adam_lr,
-            "schedule": "cosine decay",
-            "init": "zeros",
-            "batch": "full (same Gram matrices as least squares)",
-            "train_loss_at_step": adam_curve,
-        },
-        "shipped": winner,
-        "final_loss": results[winner]["train_loss"],
-        "final_loss_held_out": results[winner]["held_out"]["loss"],
-        "post_processing": (
-            "none (raw delta-parametrised basis)"
-            if args.no_hermite
-            else {
-                "hermite_mixing": "basis[s] = W @ raw[s], W[g, tap] = Hermite function g on the "
-                "effective grid (invjax.bases.scale.hermite_grid); then every function divided "
-                "by its norm at scale 1",
-                "base_sigma": sigma,
-                "condition_number": cond,
-            }
-        ),
-        "shipped_basis_held_out": ev_final,
-        "hermite_basis_held_out": {**ev_herm, "base_sigma": default_base_sigma(e)},
-        "train_images": args.images,
-        "held_out_images": args.eval_images,
-        "image_size": args.image_size,
-        "npz_sha256": digest,
-    }
+    meta = _metadata(args, given, k, e, scales, t_gram, fit, post, evals, digest)
     with open(os.path.join(args.out, stem + ".json"), "w") as fh:
         json.dump(meta, fh, indent=1)
         fh.write("\n")
