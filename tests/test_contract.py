@@ -203,3 +203,86 @@ def test_epoch_hooks_default_to_every_epoch_and_an_unchanged_schedule():
     h = Hooked()
     assert h.acts_at_epoch_end(3) and h.scaled_schedule(0.5) is h
     assert h.schedule_warning(1) is None
+
+
+NET_FILE = """
+import flax.linen as nn
+
+from invjax import groups
+from invjax.contract import Exact
+from invjax.fields import Field
+from invjax.layers.e2 import E2Conv, E2LiftConv, Restrict
+from invjax.layers.ii import E2InvariantIntegration
+
+
+class OwnNet(Exact, nn.Module):
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, images, train: bool = False):
+        x = E2LiftConv(2, "D4", kernel_size=5)(Field.trivial(images)).map(nn.relu)
+        x = Restrict("D4", "C4")(E2Conv(2, "D4", stride=2)(x))
+        x = E2Conv(4, "C4", trivial_out=True)(x)
+        return nn.Dense(self.num_classes)(E2InvariantIntegration(6, "C4")(nn.relu(x.tensor)))
+
+    def exact_group(self, input_shape):
+        return groups.cyclic(4)
+"""
+
+CONFIG_FILE = """
+from invjax.configs import base
+
+
+def get_config():
+    config = base.get_config()
+    config.data.name = "scaled_digits"
+    config.data.n_train = 100
+    config.model.name = "own_net:OwnNet"
+    config.train.batch_size = 50
+    config.train.num_epochs = 1
+    config.train.lr_boundaries = ()
+    return config
+"""
+
+
+def _run(args, tmp_path, **kw):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()])}
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True, **kw
+    )
+
+
+@pytest.mark.slow
+def test_a_network_named_by_import_path_trains_exports_and_is_measured(tmp_path):
+    """``model.name = 'package.module:attribute'``: every command that reads the run later
+    rebuilds the researcher's network from the recorded config alone."""
+    import json
+
+    (tmp_path / "own_net.py").write_text(NET_FILE)
+    (tmp_path / "own.py").write_text(CONFIG_FILE)
+    done = _run(["invjax.main", "--config=own.py", "--workdir=run"], tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cert = json.loads((tmp_path / "run" / "results.json").read_text())["certificate"]
+    assert cert["exact_elements"] == ["rot90", "rot180", "rot270"]
+    assert cert["by_precision"]["highest"]["holds"], cert
+    done = _run(["invjax.export", "--workdir=run", "--out=exported"], tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((tmp_path / "exported" / "manifest.json").read_text())
+    assert "own_net:OwnNet" in json.dumps(manifest)
+    done = _run(
+        ["invjax.invariance", "--config=own.py", "--workdir=run", "--transforms=rot90", "--json"],
+        tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["invariance_error"]["rot90"]["logits"] < BOUND, measured
+    # A path that does not import is one clear error before any compute.
+    (tmp_path / "bad.py").write_text(CONFIG_FILE.replace("own_net:OwnNet", "no_such_mod:Net"))
+    done = _run(["invjax.main", "--config=bad.py", "--workdir=bad", "--dry_run"], tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "module 'no_such_mod' cannot be imported" in done.stderr.strip().splitlines()[-1]

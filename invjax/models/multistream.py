@@ -32,7 +32,7 @@ from invjax import groups as G
 from invjax import precision as P
 from invjax.contract import Exact, Precise
 from invjax.layers.heads import STREAMS, StreamCombination, check_mode
-from invjax.models import REGISTRY, register
+from invjax.models import REGISTRY, build, register
 
 PHASE2_TRAINABLE = ("head", "classifier")
 """Parameter path prefixes that train in phase 2 (``config.train.trainable``)."""
@@ -122,12 +122,14 @@ def _build(config):
             else:
                 sc = {**sc, "width_divisor": float(divisor)}
         sname = sc.get("name", None)
-        if sname not in REGISTRY or sname == "multistream":
+        imported = isinstance(sname, str) and ":" in sname  # a researcher's own network
+        if sname == "multistream" or not (imported or sname in REGISTRY):
             raise ValueError(
                 f"stream {name!r} has model name {sname!r}: valid stream models are "
-                f"{sorted(set(REGISTRY) - {'multistream'})}"
+                f"{sorted(set(REGISTRY) - {'multistream'})} or an import path "
+                "'package.module:attribute'"
             )
-        modules[name] = REGISTRY[sname](sc)
+        modules[name] = build(sc)
     return MultiStreamNetwork(
         **modules,
         head=config.get("head", "map_e2"),
