@@ -100,7 +100,7 @@ class ScaleLiftConv(Exportable, Precise, nn.Module):
     use_bias: bool = False
     base_sigma: float | None = None  # Hermite only
     precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
-    lowering: str = "auto"  # invjax.ops.scale.LOWERINGS; 'fft', 'im2col' or a direct convolution
+    lowering: str = "auto"  # invjax.ops.lowering.LOWERINGS (speed only, the same results)
 
     @nn.compact
     def __call__(self, x):
@@ -148,7 +148,7 @@ class ScaleConv(Exportable, Precise, nn.Module):
     """Scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, features]`` (SESN H -> H).
 
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
-    ``lowering`` (:data:`invjax.ops.scale.LOWERINGS`) picks how the convolution is lowered
+    ``lowering`` (:data:`invjax.ops.lowering.LOWERINGS`) picks how the convolution is lowered
     (:func:`invjax.ops.scale.scale_conv`); it changes speed, not parameters or results.
     ``'auto'`` is per layer (:func:`invjax.ops.lowering.choose_lowering`): on CPU by FFT where the
     kernel is large against the map, else per-scale over each scale's non-zero taps; per-scale
