@@ -13,7 +13,7 @@ backward at ``--batch`` (32) in float32, each framework's default arithmetic:
   ``lift`` (``SESConv_Z2_H`` 1 -> 32 on 56 x 56; gradient of ``sum(y^2)`` with respect to the
   parameters), ``conv2`` (``SESConv_H_H`` 32 -> 63 on 28 x 28) and ``conv3`` (63 -> 95 on
   14 x 14), both with respect to the parameters and the input. invjax runs each lowering of
-  ``--lowerings`` (``auto``: :func:`invjax.ops.scale.choose_lowering`'s pick, printed).
+  ``--lowerings`` (``auto``: :func:`invjax.ops.lowering.choose_lowering`'s pick, printed).
 * ``net``: the whole network of ``configs/mnist_disco.py`` (invjax) against DISCO's
   ``mnist_disco(...)`` with its ``exp_mnist.sh`` settings, train mode (dropout, batch
   statistics), cross-entropy of fixed random labels on random 28 x 28 digits, gradient with

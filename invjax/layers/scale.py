@@ -88,7 +88,7 @@ class ScaleLiftConv(Exportable, Precise, nn.Module):
     ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, then one conv2d, one
     product of spectra (``lowering='fft'``) or one matrix product over gathered taps
     (``'im2col'``); ``'auto'`` picks per shape and backend:
-    :func:`invjax.ops.scale.choose_lowering`; speed only, the same results).
+    :func:`invjax.ops.scale.lift_lowering`; speed only, the same results).
     """
 
     features: int
@@ -100,7 +100,7 @@ class ScaleLiftConv(Exportable, Precise, nn.Module):
     use_bias: bool = False
     base_sigma: float | None = None  # Hermite only
     precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
-    lowering: str = "auto"  # invjax.ops.scale.LOWERINGS; 'fft', 'im2col' or a direct convolution
+    lowering: str = "auto"  # invjax.ops.lowering.LOWERINGS (speed only, the same results)
 
     @nn.compact
     def __call__(self, x):
@@ -148,9 +148,9 @@ class ScaleConv(Exportable, Precise, nn.Module):
     """Scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, features]`` (SESN H -> H).
 
     Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
-    ``lowering`` (:data:`invjax.ops.scale.LOWERINGS`) picks how the convolution is lowered
+    ``lowering`` (:data:`invjax.ops.lowering.LOWERINGS`) picks how the convolution is lowered
     (:func:`invjax.ops.scale.scale_conv`); it changes speed, not parameters or results.
-    ``'auto'`` is per layer (:func:`invjax.ops.scale.choose_lowering`): on CPU by FFT where the
+    ``'auto'`` is per layer (:func:`invjax.ops.lowering.choose_lowering`): on CPU by FFT where the
     kernel is large against the map, else per-scale over each scale's non-zero taps; per-scale
     on GPU (measured faster on both), grouped elsewhere.
     """
@@ -211,10 +211,12 @@ class ScaleConv(Exportable, Precise, nn.Module):
         return _expanded_arrays(self, x, ops.expand_scale_kernel)
 
     def inference_call(self, arrays, x):
-        """The layer from :meth:`inference_arrays` (:func:`invjax.ops.scale.apply_scale_kernel`,
-        the same lowering as the training form)."""
+        """The layer from :meth:`inference_arrays` (:func:`invjax.ops.scale.apply_scale_kernel`),
+        lowered as the training form is: the same lowering on the same taps
+        (:func:`invjax.ops.scale.scale_conv_lowering` of the layer's basis)."""
+        lowering, support = _scale_conv_lowering(self, x.shape)
         y = ops.apply_scale_kernel(
-            x, arrays["kernel"], self.scale_size, self.stride, self.lowering, self.precision
+            x, arrays["kernel"], self.scale_size, self.stride, lowering, self.precision, support
         )
         return y + arrays["bias"] if "bias" in arrays else y
 
@@ -280,31 +282,27 @@ class ScaleBatchNorm(Exportable, nn.Module):
         return (x.astype(jnp.float32) * arrays["scale"] + arrays["shift"]).astype(x.dtype)
 
 
+def _scale_conv_lowering(layer: ScaleConv, x_shape):
+    """``(lowering, support)`` of :class:`ScaleConv` ``layer`` on an input of ``x_shape``
+    (:func:`invjax.ops.scale.scale_conv_lowering` with the layer's constant basis)."""
+    sc = scale_bases.check_arguments(layer.kernel_size, layer.effective_size, layer.scales)[2]
+    psi = _basis(layer.basis, layer.kernel_size, layer.effective_size, sc, layer.base_sigma)
+    return ops.scale_conv_lowering(layer.lowering, x_shape, psi, layer.stride, layer.precision)
+
+
 def lowering_choice(layer: nn.Module, x_shape) -> str:
     """The lowering :class:`ScaleLiftConv` or :class:`ScaleConv` ``layer`` uses on an input of
-    ``x_shape`` (``[B, H, W, Cin]`` or ``[B, H, W, S, Cin]``) on this backend:
-    :func:`invjax.ops.scale.choose_lowering` with the layer's kernel, its basis' non-zero taps
-    (scale convolutions; the lift uses its full kernel, and its input channels), stride and
-    precision."""
-    support = lift_channels = None
+    ``x_shape`` (``[B, H, W, Cin]`` or ``[B, H, W, S, Cin]``) on this backend, in its training
+    form and in its inference form alike: the policy of :mod:`invjax.ops.lowering` with the
+    layer's kernel, its basis' non-zero taps (scale convolutions; the lift uses its full kernel,
+    its input channels and the batch), stride and precision."""
     if isinstance(layer, ScaleConv):
-        sc = scale_bases.check_arguments(layer.kernel_size, layer.effective_size, layer.scales)[2]
-        psi = _basis(layer.basis, layer.kernel_size, layer.effective_size, sc, layer.base_sigma)
-        support = ops.kernel_support(psi)
-    elif isinstance(layer, ScaleLiftConv):
-        lift_channels = x_shape[-1]
-    else:
-        raise ValueError(f"lowering_choice: {type(layer).__name__} is not a scale convolution")
-    return ops.choose_lowering(
-        layer.lowering,
-        tuple(x_shape[1:3]),
-        layer.kernel_size,
-        support,
-        layer.stride,
-        layer.precision,
-        lift_channels=lift_channels,
-        batch=x_shape[0],
-    )
+        return _scale_conv_lowering(layer, x_shape)[0]
+    if isinstance(layer, ScaleLiftConv):
+        return ops.lift_lowering(
+            layer.lowering, x_shape, layer.kernel_size, layer.stride, layer.precision
+        )
+    raise ValueError(f"lowering_choice: {type(layer).__name__} is not a scale convolution")
 
 
 def describe_lowerings(model: nn.Module, x_shape, **call_kwargs) -> str:

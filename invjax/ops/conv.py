@@ -1,7 +1,27 @@
 """Plain 2D convolution with a downsampling rule that keeps the pixel grid symmetric.
 
-Every convolution of invjax (standard, E(2), scale) goes through :func:`conv2d`, so the rule below
-holds for the whole library.
+:func:`conv2d` is the one entry point of invjax's convolutions: every convolution of its layers
+and networks (the standard WRN's, E(2), scale, II) calls it, so its validation, its precision
+(:mod:`invjax.precision`) and the stride rule below hold for all of them. It computes each
+convolution by one of :data:`METHODS`: ``'direct'`` (XLA's convolution; every stride, grouping
+and downsampling rule), or, for a stride-1 ungrouped ``'SAME'`` correlation, ``'im2col'`` (one
+matrix product over the gathered taps) or ``'fft'`` (products of spectra); all three compute
+the same sums (tested with gradients). What holds beside it: the scale convolution's FFT form
+(:func:`invjax.ops.scale.apply_scale_kernel`) transforms each input scale once for all output
+scales with the helpers below (:func:`fft_spectra`, :func:`fft_output`, at :func:`fft_precision`)
+instead of calling :func:`conv2d` per output scale; and the trainer's smoke-test model
+(:class:`invjax.models.simple.SimpleCNN`, no grid claim) runs Flax's ``nn.Conv`` through
+:func:`invjax.precision.conv`.
+
+Precision: ``'direct'`` and ``'im2col'`` compute in every mode of :mod:`invjax.precision` (the
+emulations round inputs and filters elementwise; a gathered patch holds the input's values).
+``'fft'`` multiplies spectra, which no rounding of inputs and filters reproduces: it computes in
+float32 (complex64) for :data:`FFT_PRECISIONS` (``'default'`` in the backend's fast float32) and
+refuses ``'bf16'`` and the ``@tf32`` / ``@bf16`` emulations with one error.
+
+Memory: ``'im2col'``'s patches are ``k^2`` times its input; one product takes at most
+:data:`IM2COL_MAX_BYTES` of them, a larger batch runs in chunks of images (a batch size known
+when traced; an exported program's symbolic batch runs as one product).
 
 Stride rule (exactness of 90-degree rotations and flips under stride 2)
   A stride-2 convolution keeps the input samples ``0, 2, 4, ...``. On an *odd* grid of size ``H``
@@ -25,6 +45,7 @@ Downsampling rules (``downsample``; a per-family setting of the networks)
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -33,6 +54,14 @@ from invjax import precision as precision_lib
 
 DIMENSION_NUMBERS = ("NHWC", "HWIO", "NHWC")
 DOWNSAMPLE_RULES = ("symmetric", "strided", "maxpool")
+#: How :func:`conv2d` computes a convolution (module docstring).
+METHODS = ("direct", "im2col", "fft")
+#: The precisions the ``'fft'`` method honours (None: JAX's default, as :func:`conv2d`'s).
+FFT_PRECISIONS = (None, "default", "highest", "exact_fast")
+#: The most bytes of gathered patches one ``'im2col'`` product holds (1 GiB). The Scaled-MNIST
+#: lift (1 channel, 15 x 15 taps on 56 x 56) gathers 2.8 MB per image, 361 MB at batch 128: one
+#: product up to batch 380, chunks of 380 images beyond.
+IM2COL_MAX_BYTES = 1 << 30
 
 
 def check_downsample(downsample: str) -> None:
@@ -76,8 +105,10 @@ def conv2d(
     downsample: str = "symmetric",
     precision: str | None = None,
     dilation: int = 1,
+    method: str = "direct",
 ):
-    """Grid-symmetric convolution of NHWC ``x`` with an HWIO ``kernel`` of odd size.
+    """Grid-symmetric convolution of NHWC ``x`` with an HWIO ``kernel`` of odd size, computed by
+    ``method`` (module docstring).
 
     Args:
       x: ``[B, H, W, I * groups]``.
@@ -91,6 +122,8 @@ def conv2d(
         odd ``k``-kernel spans ``dilation (k - 1) + 1`` pixels, centred as the undilated kernel
         of that span (a sparse kernel applied without its zero taps, e.g.
         :func:`invjax.ops.scale.kernel_support`).
+      method: one of :data:`METHODS`; ``'im2col'`` and ``'fft'`` take stride 1 and one group
+        (``'fft'`` also no dilation, and only :data:`FFT_PRECISIONS`).
     Returns:
       ``[B, H', W', O]``.
     """
@@ -100,6 +133,16 @@ def conv2d(
     check_downsample(downsample)
     if not isinstance(dilation, int) or dilation < 1 or (dilation > 1 and stride != 1):
         raise ValueError(f"dilation={dilation!r} is invalid: an integer >= 1, and 1 with stride 2")
+    if method != "direct":
+        _check_method(method, stride, feature_group_count, dilation, precision)
+        if kernel.shape[0] != kernel.shape[1] or k % 2 != 1:
+            raise ValueError(
+                f"conv2d: kernel size {kernel.shape[:2]} is invalid for method={method!r}: "
+                "square and odd"
+            )
+        if method == "im2col":
+            return _im2col_product(x, kernel, precision, dilation)
+        return _fft_correlation(x, kernel, precision)
     folded = k % 2 == 0 and folds_box(x.shape, stride, downsample)
     if kernel.shape[0] != kernel.shape[1] or (k % 2 != 1 and not folded):
         raise ValueError(
@@ -156,24 +199,69 @@ def im2col_patches(x, kernel_size: int, dilation: int = 1):
     return cols.reshape(b, h, w, kernel_size, kernel_size, c)
 
 
-def conv2d_im2col(x, kernel, precision: str | None = None, dilation: int = 1):
-    """Stride-1 ``'SAME'`` correlation of NHWC ``x [B, H, W, I]`` with an HWIO ``kernel [k, k, I,
-    O]`` (odd ``k``) as one matrix product: ``y[b, i, j, o] = sum_{u, v, c} patches[b, i, j, u,
-    v, c] kernel[u, v, c, o]`` (:func:`im2col_patches`). The same sums as :func:`conv2d`
-    (stride 1), in one GEMM of ``[B H W, k^2 I] x [k^2 I, O]`` instead of XLA's direct
-    convolution, which on CPU is slow for few input channels and a large kernel (the lift of
-    :func:`invjax.ops.scale.scale_lift_conv`, 1 channel and 15 x 15 taps:
-    :func:`invjax.ops.scale.choose_lowering`)."""
-    if kernel.shape[0] != kernel.shape[1] or kernel.shape[0] % 2 != 1:
+def _check_method(method: str, stride: int, groups: int, dilation: int, precision) -> None:
+    """One clear error where ``method`` cannot compute the convolution asked for."""
+    if method not in METHODS:
+        raise ValueError(f"conv2d: method={method!r} is unknown: choose one of {METHODS}")
+    if stride != 1 or groups != 1 or (method == "fft" and dilation != 1):
         raise ValueError(
-            f"conv2d_im2col: kernel size {kernel.shape[:2]} is invalid: square and odd"
+            f"conv2d: method={method!r} needs stride 1 and feature_group_count 1"
+            f"{' and dilation 1' if method == 'fft' else ''} (stride={stride}, "
+            f"feature_group_count={groups}, dilation={dilation}); method='direct' takes them"
         )
+    if method == "fft":
+        fft_precision(precision)
+
+
+def _im2col_rows(x, kernel, precision, dilation: int):
+    """``[b, H, W, I] -> [b, H, W, O]`` as one product ``[b H W, k^2 I] x [k^2 I, O]``; as a 2-D
+    product because XLA:CPU runs it ~1.3x faster than the same contraction over 6-D arrays."""
     b, h, w, c = x.shape
     k, o = kernel.shape[0], kernel.shape[-1]
-    # as one 2-D product: XLA:CPU runs it ~1.3x faster than the same contraction over 6-D arrays
     patches = im2col_patches(x, k, dilation).reshape(b * h * w, k * k * c)
     y = precision_lib.einsum("nt,to->no", patches, kernel.reshape(k * k * c, o), precision)
     return y.reshape(b, h, w, o)
+
+
+def im2col_chunk(input_shape, kernel_size: int, max_bytes: int = IM2COL_MAX_BYTES):
+    """The images per ``'im2col'`` product for an input of ``input_shape`` ``[B, H, W, I]``:
+    ``B`` where its float32 patches (``4 B H W k^2 I`` bytes) fit in ``max_bytes`` or ``B`` is
+    not known when traced (a symbolic batch), else the most images whose patches fit (at least
+    one)."""
+    b, h, w, c = input_shape
+    per_image = 4 * h * w * kernel_size**2 * c
+    if not isinstance(b, int | np.integer) or b * per_image <= max_bytes:
+        return b
+    return max(1, max_bytes // per_image)
+
+
+def _im2col_product(x, kernel, precision, dilation: int, max_bytes: int = IM2COL_MAX_BYTES):
+    """:func:`conv2d`'s ``'im2col'`` method: chunks of :func:`im2col_chunk` images, one after
+    the other (``lax.map``; each chunk's patches are gathered again in the backward pass, so a
+    gradient holds one chunk's patches at a time), the remainder as one more product."""
+    b = x.shape[0]
+    chunk = im2col_chunk(x.shape, kernel.shape[0], max_bytes)
+    if chunk == b:
+        return _im2col_rows(x, kernel, precision, dilation)
+    n = b // chunk
+    rows = jax.checkpoint(lambda z: _im2col_rows(z, kernel, precision, dilation))
+    full = jax.lax.map(rows, x[: n * chunk].reshape((n, chunk) + x.shape[1:]))
+    y = full.reshape((n * chunk,) + full.shape[2:])
+    if n * chunk == b:
+        return y
+    return jnp.concatenate([y, rows(x[n * chunk :])], axis=0)
+
+
+def conv2d_im2col(x, kernel, precision: str | None = None, dilation: int = 1):
+    """Stride-1 ``'SAME'`` correlation of NHWC ``x [B, H, W, I]`` with an HWIO ``kernel [k, k, I,
+    O]`` (odd ``k``) as one matrix product: ``y[b, i, j, o] = sum_{u, v, c} patches[b, i, j, u,
+    v, c] kernel[u, v, c, o]`` (:func:`im2col_patches`): :func:`conv2d` with ``method='im2col'``.
+    The same sums as the direct method, in one GEMM of ``[B H W, k^2 I] x [k^2 I, O]`` (in chunks
+    of images past :data:`IM2COL_MAX_BYTES` of patches) instead of XLA's direct convolution,
+    which on CPU is slow for few input channels and a large kernel (the lift of
+    :func:`invjax.ops.scale.scale_lift_conv`, 1 channel and 15 x 15 taps:
+    :func:`invjax.ops.lowering.choose_lowering`)."""
+    return conv2d(x, kernel, precision=precision, dilation=dilation, method="im2col")
 
 
 def fft_length(size: int, kernel_size: int) -> int:
@@ -226,16 +314,36 @@ def fft_output(yf, n, h: int, w: int):
     return jnp.fft.irfft2(yf, s=n, axes=(1, 2))[:, :h, :w]
 
 
-def conv2d_fft(x, kernel):
+def fft_precision(name: str | None):
+    """The ``lax.Precision`` of the complex products of the ``'fft'`` method in invjax precision
+    ``name``: float32 (``HIGHEST``) for ``'highest'`` and ``'exact_fast'`` (exact products are
+    exact in every fast arithmetic), the backend's fast float32 (``DEFAULT``) for ``'default'``,
+    JAX's own for None; one clear error for the modes it cannot honour (module docstring)."""
+    if name not in FFT_PRECISIONS:
+        precision_lib.check(name)
+        raise ValueError(
+            f"precision={name!r} is invalid for the FFT lowering: it multiplies spectra in "
+            "complex64, which no rounding of inputs and filters to a fast format reproduces; "
+            f"it computes in {list(FFT_PRECISIONS)} (the direct and im2col lowerings compute "
+            "in every precision)"
+        )
+    return {"default": lax.Precision.DEFAULT, None: None}.get(name, lax.Precision.HIGHEST)
+
+
+def _fft_correlation(x, kernel, precision):
+    """:func:`conv2d`'s ``'fft'`` method: ``y = F^-1(sum_i F(x)_i F(c)_io)``."""
+    xf, kf, n = fft_spectra(x, kernel)
+    yf = jnp.einsum("bhwi,hwio->bhwo", xf, kf, precision=fft_precision(precision))
+    return fft_output(yf, n, x.shape[1], x.shape[2])
+
+
+def conv2d_fft(x, kernel, precision: str | None = None):
     """Stride-1 ``'SAME'`` correlation of NHWC ``x [B, H, W, I]`` with an HWIO ``kernel [k, k, I,
     O]`` (odd ``k``) through real FFTs: ``y = F^-1(sum_i F(x)_i F(c)_io)``, ``c`` the
-    :func:`circular_kernel`. The same sums as :func:`conv2d` (stride 1, no dilation) up to
-    float32 rounding (relative errors about 1e-6, tested with gradients), in ``O(n^2 log n)``
-    per plane instead of ``k^2`` products per pixel: faster on CPU where the kernel is large
-    against the map (:func:`invjax.ops.scale.choose_lowering`). Products in float32
-    (complex64) on every backend."""
-    if kernel.shape[0] != kernel.shape[1] or kernel.shape[0] % 2 != 1:
-        raise ValueError(f"conv2d_fft: kernel size {kernel.shape[:2]} is invalid: square and odd")
-    xf, kf, n = fft_spectra(x, kernel)
-    yf = jnp.einsum("bhwi,hwio->bhwo", xf, kf, precision=lax.Precision.HIGHEST)
-    return fft_output(yf, n, x.shape[1], x.shape[2])
+    :func:`circular_kernel`; :func:`conv2d` with ``method='fft'``. The same sums as the direct
+    method (stride 1, no dilation) up to float32 rounding (relative errors about 1e-6, tested
+    with gradients), in ``O(n^2 log n)`` per plane instead of ``k^2`` products per pixel: faster
+    on CPU where the kernel is large against the map
+    (:func:`invjax.ops.lowering.choose_lowering`). ``precision``: one of
+    :data:`FFT_PRECISIONS` (:func:`fft_precision`)."""
+    return conv2d(x, kernel, precision=precision, method="fft")

@@ -6,9 +6,10 @@ coefficients by one einsum and applied by :func:`invjax.ops.conv.conv2d`: the li
 convolution with ``S`` times the output channels; the scale-to-scale layer is either one grouped
 convolution (``feature_group_count=S``) or ``S`` plain per-scale convolutions, each over the
 full ``k x k`` grid or over only the taps its scale's basis can make non-zero; or both layers
-multiply spectra (:func:`invjax.ops.conv.conv2d_fft`), whichever the backend runs faster for
-the shapes at hand (``lowering``, see :func:`scale_conv` and :func:`choose_lowering`). All
-lowerings compute the same sums.
+multiply spectra, or gather the taps for one matrix product (``conv2d``'s ``'fft'`` and
+``'im2col'`` methods), whichever the backend runs faster for the shapes at hand (``lowering``:
+the policy of :mod:`invjax.ops.lowering`; :func:`scale_conv_lowering`, :func:`lift_lowering`).
+All lowerings compute the same sums.
 
 Equations (SESN, Sosnovik et al. 2020; DISCO, 2021; the paper's Section 3.2 uses these layers)
   Lifting (Z2 -> H):   ``y[s, o] = sum_i x[i] * kappa_s[i, o]``,
@@ -32,123 +33,60 @@ import jax.numpy as jnp
 import numpy as np
 
 from invjax import precision as P
-from invjax.ops.conv import (
-    conv2d,
-    conv2d_fft,
-    conv2d_im2col,
-    fft_output,
-    fft_spectra,
+from invjax.ops.conv import conv2d, fft_output, fft_precision, fft_spectra
+from invjax.ops.lowering import (  # noqa: F401  (the policy's names, also reachable from here)
+    AUTO_LOWERING,
+    LOWERINGS,
+    choose_lowering,
+    mean_taps,
+    resolve_lowering,
 )
 
 if TYPE_CHECKING:  # shape annotations (jaxtyping, a test dependency), checked in the tests
     from jax import Array
     from jaxtyping import Float
 
-# How scale_conv is lowered to XLA convolutions. 'auto' picks per backend at trace time, from a
-# measurement (`python benchmarks/layers.py --layers scale`, forward+backward, 3 scales, 160 ->
-# 160, k 5): on CPU, XLA's weight gradient of a grouped convolution is 9-12x slower than the same
-# work as S plain convolutions (per-scale / grouped = 0.11 at batch 4); on an NVIDIA H200 the
-# per-scale form is faster too (0.79 at batch 64: 4.7 vs 6.0 ms), since each output scale reads
-# only the input scales that exist. 'per_scale_compact' also drops the taps that the basis makes
-# zero at a scale (DISCO k 5 / effective 3 at scales 1, sqrt 2, 2: 3x3, 5x5 and a 3x3 dilated
-# by 2, 43 of 75 taps); it is CPU's 'auto' (docs/benchmarks.md, "Scale convolutions": the layer
-# x0.73 of per_scale, the Scale-II network's train-step CPU time x0.58-0.74). On an H100 the
-# layer gains less (x0.93 at batch 64) and the digits' Scale-II train step loses (3.0 against
-# 2.5 ms), so 'auto' stays 'per_scale' on GPUs. 'auto' is 'grouped' only where nothing was
-# measured (TPU).
-# 'fft' multiplies spectra instead (invjax.ops.conv.conv2d_fft): XLA:CPU's direct convolution
-# slows down by an order of magnitude where a kernel is about as large as the map (15 x 15 taps
-# on 14 x 14 maps: ~20 GFLOP/s against ~250 for 7 x 7), and the FFT's cost does not grow with
-# the taps at all. On CPU 'auto' takes it per layer where FFT_MIN_TAPS says (choose_lowering).
-# 'im2col' gathers each output pixel's taps into one row (invjax.ops.conv.conv2d_im2col) and
-# multiplies all of them by the filters in one matrix product: XLA:CPU's direct convolution is slow
-# for few input channels and many taps (the Scaled-MNIST lift, 1 channel and 15 x 15 taps on
-# 56 x 56: direct 285 ms, fft 231, im2col 145 for forward + weight gradient at batch 32), while the
-# product runs at the CPU's matrix rate. Its rows hold Cin * k^2 values, so 'auto' takes it only
-# for the lift and where that depth is at most IM2COL_MAX_DEPTH. (Products per group of scales
-# over only their non-zero taps, kernel_support, were slower: 165 ms, the gathers cost more than
-# the 39 % of products they save.)
-LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact", "fft", "im2col")
-AUTO_LOWERING = {"cpu": "per_scale_compact", "gpu": "per_scale"}
-# The FFT form computes in float32 (complex64): 'auto' takes it only at precisions that are
-# float32 on CPU anyway (invjax.precision), never for bf16 or the TF32/bf16 emulations.
-FFT_PRECISIONS = (None, "default", "highest", "exact_fast")
-# 'auto' on CPU picks 'fft' for a stride-1 layer on an H x W map when its direct form multiplies
-# at least FFT_MIN_TAPS taps per output pixel and scale (mean over scales of the non-zero taps,
-# kernel_support) AND the kernel spans at least FFT_MIN_SPAN_RATIO of the map's smaller side.
-# Why these thresholds: FFT beat the direct form for DISCO's k 15 kernels on 14 x 14 to 64 x 64
-# maps and lost for the WRN streams' k 5 kernels on 32 x 32; larger maps are unmeasured, so a
-# kernel under a fifth of the map stays direct (docs/benchmarks.md,
-# "Against DISCO (Scaled-MNIST, CPU)", gives the figures and the command).
-FFT_MIN_TAPS = 40
-FFT_MIN_SPAN_RATIO = 0.2
-IM2COL_MAX_DEPTH = 256
-# The gathered rows are k^2 times the input's memory (the Scaled-MNIST lift at batch 128: 361 MB
-# of float32 patches), so 'auto' leaves im2col where one call's patches would pass this bound and
-# takes the FFT or direct form instead, whose memory does not grow with the taps.
-IM2COL_MAX_BYTES = 1 << 30
+
+def scale_conv_lowering(
+    lowering: str, x_shape, basis, stride: int = 1, precision: str | None = None, backend=None
+):
+    """``(lowering, support)`` of a scale convolution of ``basis [S, F, k, k]`` on an input of
+    ``x_shape`` ``[B, H, W, S, Cin]``: :func:`invjax.ops.lowering.choose_lowering` on the taps the
+    basis makes non-zero (:func:`kernel_support`), and that support where the chosen lowering
+    applies filters on it (``'per_scale_compact'``, ``'im2col'``; stride 1, a concrete basis),
+    else None. The training form (:func:`scale_conv`) and the inference form
+    (:meth:`invjax.layers.scale.ScaleConv.inference_call`) both lower by it."""
+    support = kernel_support(basis)
+    chosen = choose_lowering(
+        lowering,
+        map_shape=tuple(x_shape[1:3]),
+        kernel_size=basis.shape[-1],
+        support=support,
+        stride=stride,
+        precision=precision,
+        backend=backend,
+    )
+    if chosen not in ("per_scale_compact", "im2col") or stride != 1:
+        support = None
+    return chosen, support
 
 
-def resolve_lowering(lowering: str) -> str:
-    """``'grouped'``, ``'per_scale'``, ``'per_scale_compact'`` or ``'fft'``: ``lowering`` itself,
-    or for ``'auto'`` the shape-blind choice for ``jax.default_backend()``
-    (:data:`AUTO_LOWERING`; ``'grouped'`` elsewhere). A network chooses for all its scale layers
-    with its ``scale_lowering`` field; with ``'auto'``, :func:`choose_lowering` then refines the
-    choice per layer from its shapes."""
-    if lowering not in LOWERINGS:
-        raise ValueError(f"lowering={lowering!r} is unknown: choose one of {LOWERINGS}")
-    if lowering == "auto":
-        return AUTO_LOWERING.get(jax.default_backend(), "grouped")
-    return lowering
-
-
-def mean_taps(kernel_size: int, support) -> float:
-    """Taps per output pixel a direct per-scale convolution multiplies, averaged over scales:
-    ``mean_s ceil((k - 2 crop_s) / dil_s)^2`` (:func:`kernel_support`; ``k^2`` without one)."""
-    if not support:
-        return float(kernel_size**2)
-    return sum(((kernel_size - 2 * c - 1) // d + 1) ** 2 for c, d in support) / len(support)
-
-
-def choose_lowering(
-    lowering: str,
-    map_shape: tuple[int, int],
-    kernel_size: int,
-    support=None,
-    stride: int = 1,
-    precision: str | None = None,
-    backend: str | None = None,
-    lift_channels: int | None = None,
-    batch: int | None = None,
+def lift_lowering(
+    lowering: str, x_shape, kernel_size: int, stride: int = 1, precision=None, backend=None
 ) -> str:
-    """The lowering a scale convolution uses on a ``map_shape = (H, W)`` input: ``lowering``
-    itself unless it is ``'auto'``. For ``'auto'`` on CPU, at stride 1, a float32 ``precision``
-    and at least :data:`FFT_MIN_TAPS` taps per pixel on average over the scales (by
-    ``support``): ``'im2col'`` for a lift (``lift_channels``: its input channels) whose patch
-    rows hold at most :data:`IM2COL_MAX_DEPTH` values (``lift_channels * k^2``) and whose
-    patches for ``batch`` images (when given) take at most :data:`IM2COL_MAX_BYTES`; else ``'fft'``
-    where the kernel spans :data:`FFT_MIN_SPAN_RATIO` of the map; else
-    :func:`resolve_lowering`'s per-backend choice. ``backend``: default
-    ``jax.default_backend()``.
-    """
-    base = resolve_lowering(lowering)
-    if lowering != "auto":
-        return base
-    backend = backend or jax.default_backend()
-    if (
-        backend == "cpu"
-        and stride == 1
-        and precision in FFT_PRECISIONS
-        and mean_taps(kernel_size, support) >= FFT_MIN_TAPS
-    ):
-        depth = None if lift_channels is None else lift_channels * kernel_size**2
-        if depth is not None and depth <= IM2COL_MAX_DEPTH:
-            patch_bytes = 4 * (batch or 1) * map_shape[0] * map_shape[1] * depth
-            if patch_bytes <= IM2COL_MAX_BYTES:
-                return "im2col"
-        if kernel_size >= FFT_MIN_SPAN_RATIO * min(map_shape):
-            return "fft"
-    return AUTO_LOWERING.get(backend, "grouped")
+    """The lowering of a lifting convolution with ``k x k`` filters on an input of ``x_shape``
+    ``[B, H, W, Cin]``: :func:`invjax.ops.lowering.choose_lowering` on the full kernel (the
+    lift's one product uses every tap), its input channels and batch."""
+    return choose_lowering(
+        lowering,
+        map_shape=tuple(x_shape[1:3]),
+        kernel_size=kernel_size,
+        stride=stride,
+        precision=precision,
+        backend=backend,
+        lift_channels=x_shape[-1],
+        batch=x_shape[0],
+    )
 
 
 def kernel_support(basis) -> tuple[tuple[int, int], ...] | None:
@@ -216,10 +154,9 @@ def scale_lift_conv(
       basis: ``[S, F, k, k]``.
       stride: 1 or 2 (:func:`conv2d`'s grid-symmetric rule).
       precision: the arithmetic of the products (:mod:`invjax.precision`).
-      lowering: ``'fft'`` (:func:`invjax.ops.conv.conv2d_fft`), ``'im2col'``
-        (:func:`invjax.ops.conv.conv2d_im2col`; both stride 1), any other of :data:`LOWERINGS`
-        for the one direct :func:`conv2d`, or ``'auto'``: :func:`choose_lowering` on the full
-        kernel (the lift's one product uses every tap) and the input's channels.
+      lowering: ``'fft'`` or ``'im2col'`` (:func:`conv2d`'s methods; stride 1), any other of
+        :data:`LOWERINGS` for the one direct :func:`conv2d`, or ``'auto'``
+        (:func:`lift_lowering`).
     """
     if x.ndim != 4 or weight.ndim != 3 or x.shape[-1] != weight.shape[0]:
         raise ValueError(
@@ -228,16 +165,7 @@ def scale_lift_conv(
         )
     S, k = basis.shape[0], basis.shape[-1]
     try:
-        lowering = choose_lowering(
-            lowering,
-            x.shape[1:3],
-            k,
-            None,
-            stride,
-            precision,
-            lift_channels=x.shape[-1],
-            batch=x.shape[0],
-        )
+        lowering = lift_lowering(lowering, x.shape, k, stride, precision)
     except ValueError as e:
         raise ValueError(f"scale_lift_conv: {e}") from None
     kern = expand_lift_kernel(weight, basis, precision)
@@ -249,20 +177,21 @@ def apply_lift_kernel(x, kern, scales: int, stride: int, lowering: str, precisio
     Cout]`` (:func:`expand_lift_kernel`, or box-folded by
     :func:`invjax.ops.conv.inference_kernel`) and a resolved ``lowering`` (not ``'auto'``):
     ``[B, H, W, Cin] -> [B, H', W', S, Cout]``."""
-    if lowering == "fft":
-        _check_stride_1(stride, "scale_lift_conv", lowering)
-        y = conv2d_fft(x, kern)
-    elif lowering == "im2col":
-        _check_stride_1(stride, "scale_lift_conv", lowering)
-        y = conv2d_im2col(x, kern, precision)
-    else:
-        y = conv2d(x, kern, stride, precision=precision)
+    method = _method(lowering, stride, "scale_lift_conv")
+    y = conv2d(x, kern, stride, precision=precision, method=method)
     return y.reshape(y.shape[:3] + (scales, kern.shape[-1] // scales))
 
 
-def _check_stride_1(stride: int, where: str, lowering: str) -> None:
-    if stride != 1:
-        raise ValueError(f"{where}: lowering={lowering!r} needs stride 1 (stride={stride})")
+def _method(lowering: str, stride: int, where: str) -> str:
+    """:func:`conv2d`'s method for a resolved ``lowering``; one error for 'auto' or a stride
+    that the FFT and im2col forms cannot take."""
+    if lowering == "auto" or lowering not in LOWERINGS:
+        raise ValueError(f"{where}: lowering={lowering!r} must be resolved: one of {LOWERINGS[1:]}")
+    if lowering in ("fft", "im2col"):
+        if stride != 1:
+            raise ValueError(f"{where}: lowering={lowering!r} needs stride 1 (stride={stride})")
+        return lowering
+    return "direct"
 
 
 def expand_scale_kernel(weight, basis, precision: str | None = None):
@@ -308,9 +237,9 @@ def scale_conv(
     - ``lowering='fft'``: per frequency, the spectra of the input scales times the filters'
       spectra (:func:`invjax.ops.conv.fft_spectra`), one inverse FFT per output (stride 1);
     - ``lowering='im2col'``: as ``'per_scale_compact'``, each per-scale convolution as one
-      matrix product over its gathered taps (:func:`invjax.ops.conv.conv2d_im2col`, stride 1;
+      matrix product over its gathered taps (:func:`conv2d`'s ``'im2col'`` method, stride 1;
       'auto' never picks it here: the rows hold ``D_s * Cin`` times the taps);
-    - ``lowering='auto'`` (default): per backend and shape, see :func:`choose_lowering`.
+    - ``lowering='auto'`` (default): per backend and shape, :func:`scale_conv_lowering`.
 
     All compute the same sums and agree to float32 rounding (tested, with gradients).
 
@@ -334,15 +263,10 @@ def scale_conv(
     D = weight.shape[2]
     if D < 1:
         raise ValueError(f"scale_conv: scale_size={D} is invalid: it must be >= 1")
-    support = kernel_support(basis)
     try:
-        lowering = choose_lowering(
-            lowering, x.shape[1:3], basis.shape[-1], support, stride, precision
-        )
+        lowering, support = scale_conv_lowering(lowering, x.shape, basis, stride, precision)
     except ValueError as e:
         raise ValueError(f"scale_conv: {e}") from None
-    if lowering not in ("per_scale_compact", "im2col") or stride != 1:
-        support = None
     kern = expand_scale_kernel(weight, basis, precision)
     return apply_scale_kernel(x, kern, D, stride, lowering, precision, support)
 
@@ -359,20 +283,19 @@ def apply_scale_kernel(
     """The convolution of :func:`scale_conv` with its expanded kernel ``kern [k, k, D * Cin,
     S * Cout]`` (:func:`expand_scale_kernel`, or box-folded by
     :func:`invjax.ops.conv.inference_kernel`): ``[B, H, W, S, Cin] -> [B, H', W', S, Cout]``.
-    ``support`` (:func:`kernel_support` of the basis; stride 1, per-scale lowerings): apply
-    scale ``s``'s filter on those taps only; None: on the full grid."""
+    ``lowering`` and ``support``: as :func:`scale_conv_lowering` gives them (``lowering``
+    resolved, not ``'auto'``; ``support``: apply scale ``s``'s filter on those taps only, None:
+    on the full grid)."""
     S, D, cin = x.shape[3], scale_size, x.shape[-1]
     cout = kern.shape[-1] // S
-    lowering = choose_lowering(lowering, x.shape[1:3], kern.shape[0], support, stride, precision)
+    method = _method(lowering, stride, "apply_scale_kernel")
     if support is not None and (stride != 1 or len(support) != S or lowering == "grouped"):
         raise ValueError(
             f"apply_scale_kernel: support={support} needs stride 1, a per-scale lowering and "
             f"one entry per scale (stride={stride}, lowering={lowering!r}, S={S})"
         )
-    if lowering in ("fft", "im2col"):
-        _check_stride_1(stride, "apply_scale_kernel", lowering)
     if lowering == "fft":
-        return _scale_conv_fft(x, kern, D)
+        return _scale_conv_fft(x, kern, D, precision)
     if lowering == "grouped":
         y = conv2d(stack_scale_neighbours(x, D), kern, stride, S, precision=precision)
         return y.reshape(y.shape[:3] + (S, cout))
@@ -386,17 +309,17 @@ def apply_scale_kernel(
         crop, dil = (0, 1) if support is None else support[s]
         kern_s = kern[crop : k - crop : dil, crop : k - crop : dil, :d_s, :, s]
         kern_s = kern_s.reshape(kern_s.shape[:2] + (d_s * cin, cout))
-        if lowering == "im2col":
-            outs.append(conv2d_im2col(xs, kern_s, precision, dilation=dil))
-        else:
-            outs.append(conv2d(xs, kern_s, stride, precision=precision, dilation=dil))
+        outs.append(conv2d(xs, kern_s, stride, precision=precision, dilation=dil, method=method))
     return jnp.stack(outs, axis=3)
 
 
-def _scale_conv_fft(x, kern, scale_size: int):
+def _scale_conv_fft(x, kern, scale_size: int, precision=None):
     """:func:`apply_scale_kernel` by FFT: ``Y_s(f) = sum_{d, i} X_{s + d, i}(f) K_{d, i, s}(f)``
     per frequency ``f`` (``X_{s'} = 0`` for ``s' >= S``), then one inverse FFT per output.
-    ``x [B, H, W, S, Cin]``, ``kern [k, k, D * Cin, S * Cout]``."""
+    ``x [B, H, W, S, Cin]``, ``kern [k, k, D * Cin, S * Cout]``. Each input scale is transformed
+    once for all the output scales that read it (where :func:`conv2d`'s ``'fft'`` method per
+    output scale would transform it ``D`` times); the products in :func:`conv2d`'s FFT
+    arithmetic (:func:`invjax.ops.conv.fft_precision`)."""
     B, H, W, S, cin = x.shape
     D, k = scale_size, kern.shape[0]
     cout = kern.shape[-1] // S
@@ -406,7 +329,7 @@ def _scale_conv_fft(x, kern, scale_size: int):
         xf = xf[:, :, :, jnp.arange(S)[:, None] + jnp.arange(D)[None, :]]
     else:
         xf = xf[:, :, :, :, None]
-    yf = jnp.einsum("bhwsdi,hwdiso->bhwso", xf, kf, precision=jax.lax.Precision.HIGHEST)
+    yf = jnp.einsum("bhwsdi,hwdiso->bhwso", xf, kf, precision=fft_precision(precision))
     return fft_output(yf, n, H, W)
 
 
