@@ -7,7 +7,7 @@ real photo crops, three ways: the Linen layers under ``jax.jit`` of ``apply`` (t
 the native modules of :mod:`invjax.nnx` under ``nnx.jit``, and the same Linen layers wrapped by
 ``flax.nnx.bridge.ToNNX`` under ``nnx.jit``. Each is timed for one jitted forward + backward
 (gradient of a squared-output loss with respect to the parameters, batch statistics updated),
-the median of ``--repeats`` calls after a compilation; and the parameter layout each exposes is
+the median of ``--repeats`` calls after a compilation, the three called in turn; and the parameter layout each exposes is
 printed, with whether the contract (``isinstance(module, Exact)``) holds. Ratios are to Linen,
 measured in this one run.
 """
@@ -71,17 +71,21 @@ def photos(batch: int, size: int) -> np.ndarray:
     return np.stack([img[16 * i : 16 * i + size, 8 * i : 8 * i + size] for i in range(batch)])
 
 
-def median_ms(fn, repeats: int) -> float:
-    jax.block_until_ready(fn())  # compile
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
+def alternated_ms(fns: dict, repeats: int) -> dict:
+    """Median milliseconds of each function, called in turn (one call of each per round, so a
+    shared machine's load falls on all of them alike), after one compiling call each."""
+    for fn in fns.values():
         jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+    times: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - t)
+    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
-def linen_step(x, repeats):
+def linen_step(x):
     model = LinenBlock()
     v = model.init(jax.random.PRNGKey(0), x)
 
@@ -93,15 +97,15 @@ def linen_step(x, repeats):
 
         return jax.grad(loss, has_aux=True)(params)
 
-    return model, median_ms(lambda: step(v["params"], v["batch_stats"]), repeats)
+    return lambda: step(v["params"], v["batch_stats"])
 
 
-def nnx_step(model, x, repeats):
+def nnx_step(model, x):
     @nnx.jit
     def step(m):
         return nnx.grad(lambda m: jnp.mean(m(x) ** 2))(m)
 
-    return median_ms(lambda: step(model), repeats)
+    return lambda: step(model)
 
 
 def layout(model) -> str:
@@ -117,14 +121,12 @@ def main():
     args = ap.parse_args()
     x = jnp.asarray(photos(args.batch, args.size))
     print(f"backend {jax.default_backend()}, batch {args.batch}, {args.size}x{args.size}x3")
-    _, t_linen = linen_step(x, args.repeats)
     native = NativeBlock(nnx.Rngs(0))
     bridge = BridgeBlock(x, nnx.Rngs(0))
-    t_native = nnx_step(native, x, args.repeats)
-    t_bridge = nnx_step(bridge, x, args.repeats)
-    print(f"linen  forward+backward {t_linen:8.2f} ms  1.00x")
-    print(f"native forward+backward {t_native:8.2f} ms  {t_native / t_linen:.2f}x")
-    print(f"bridge forward+backward {t_bridge:8.2f} ms  {t_bridge / t_linen:.2f}x")
+    fns = {"linen": linen_step(x), "native": nnx_step(native, x), "bridge": nnx_step(bridge, x)}
+    ms = alternated_ms(fns, args.repeats)
+    for name, t in ms.items():
+        print(f"{name:6s} forward+backward {t:8.2f} ms  {t / ms['linen']:.2f}x")
     for name, m in (("native", native), ("bridge", bridge)):
         print(f"{name} params: {layout(m)}; lift is Exact: {isinstance(m.lift, Exact)}")
 

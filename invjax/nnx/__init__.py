@@ -15,7 +15,7 @@ constructor argument), so :func:`invjax.equivariance.check_equivariance` measure
 ``flax.nnx.BatchNorm``: ``model.train()`` / ``model.eval()`` switch ``use_running_average``.
 
 Why native modules rather than ``flax.nnx.bridge.ToNNX`` around the Linen layers (measured by
-``benchmarks/nnx.py``, docs/nnx.md): the bridge gives the same parameter names and the same
+``benchmarks/nnx.py``, docs/layers.md): the bridge gives the same parameter names and the same
 compiled computation, but a wrapped layer is not an instance of the contract's classes (the
 equivariance check would see no exact group, ``precision.configure`` no layer), it must be
 initialised lazily from a sample input, and its batch norm takes ``train=True,
