@@ -41,6 +41,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import contextvars
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the contract imports nothing of invjax at run time
@@ -151,4 +152,12 @@ class EpochHooks(abc.ABC):
         return None
 
 
-__all__ = ["EpochHooks", "Exact", "Exportable", "Precise", "Typed", "precision_scope"]
+def is_nnx(module) -> bool:
+    """Whether ``module`` is a Flax NNX module (:mod:`invjax.nnx`), which holds its own state and
+    is called directly, not a Linen one applied to its variables. Asked without importing
+    ``flax.nnx`` (seconds at start-up): a program holding an NNX module has imported it."""
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and isinstance(module, nnx.Module)
+
+
+__all__ = ["EpochHooks", "Exact", "Exportable", "Precise", "Typed", "is_nnx", "precision_scope"]

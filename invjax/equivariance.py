@@ -44,7 +44,7 @@ import numpy as np
 from invjax import fields
 from invjax import groups as G
 from invjax import precision as P
-from invjax.contract import Exact, Typed
+from invjax.contract import Exact, Typed, is_nnx
 
 TRIVIAL_GROUP = G.cyclic(1)
 
@@ -143,6 +143,42 @@ def _transforms(module, x_shape, transforms, in_type):
     return out
 
 
+def _applier(module, variables, method, apply_kwargs: dict):
+    """``(apply, variables)`` with ``apply(variables, x)`` the module's output array on ``x``:
+    ``module.apply(variables, x, method=method, **apply_kwargs)`` for a Linen module; for a Flax
+    NNX module (``variables`` None) the module called directly under its own graph, its state
+    the variables (``nnx.split``; a call that updates batch statistics updates a copy)."""
+    if not is_nnx(module):
+        kwargs = dict(apply_kwargs, **({} if method is None else {"method": method}))
+
+        def apply(v, inputs):
+            return _array(module.apply(v, inputs, **kwargs))
+
+        return apply, variables
+    if variables is not None:
+        raise ValueError(
+            f"check_equivariance: {type(module).__name__} is a Flax NNX module, which holds its "
+            "own variables: pass variables=None"
+        )
+    from flax import nnx  # imported already: the caller holds an NNX module
+
+    graphdef, state = nnx.split(module)
+
+    def apply_nnx(s, inputs):
+        m = nnx.merge(graphdef, s)
+        if method is None:
+            return _array(m(inputs, **apply_kwargs))
+        if isinstance(method, str):  # a method the caller names, as Linen's apply takes it
+            return _array(getattr(m, method)(inputs, **apply_kwargs))
+        return _array(method(m, inputs, **apply_kwargs))
+
+    return apply_nnx, state
+
+
+def _array(y):
+    return y.tensor if isinstance(y, fields.Field) else y
+
+
 def check_equivariance(
     module,
     variables,
@@ -155,12 +191,14 @@ def check_equivariance(
     method: str | Callable | None = None,
     **apply_kwargs,
 ) -> dict[str, float]:
-    """``{label: relative error}`` of ``module.apply(variables, x, **apply_kwargs)`` under each
-    transformation (module docstring).
+    """``{label: relative error}`` of ``module.apply(variables, x, **apply_kwargs)`` (an NNX
+    module: ``module(x, **apply_kwargs)``) under each transformation (module docstring).
 
     Args:
-      module: a Linen module (or any object with ``apply``).
-      variables: its variables.
+      module: a Linen module (or any object with ``apply``), or a Flax NNX module
+        (:mod:`invjax.nnx`, or a network of them), called directly: ``module(x,
+        **apply_kwargs)``.
+      variables: the Linen module's variables; None for an NNX module (it holds its own).
       x: ``[B, H, W, C]`` inputs of ``in_type`` (default: :func:`input_type`).
       transforms: None (the exact elements, :func:`exact_elements`), or a sequence of
         :class:`Element` / ``(Group, index)`` (equivariance: the output is transformed by the
@@ -168,7 +206,8 @@ def check_equivariance(
       out_type: the output's field type for spatial outputs (default: ``module.out_type(in_type)``
         where the module has the rule, else trivial).
       precision: the :mod:`invjax.precision` mode the applies run under (None: the caller's).
-      method, apply_kwargs: passed to ``module.apply`` (e.g. ``train=False``).
+      method, apply_kwargs: passed to ``module.apply`` (e.g. ``train=False``); for an NNX module
+        ``method`` names the method to call (or is a function of the module and ``x``).
     Returns:
       ``{}`` when there is nothing to check (no exact element and no ``transforms``).
     """
@@ -181,18 +220,12 @@ def check_equivariance(
     if not todo:
         return {}
 
-    def apply(v, inputs):
-        kwargs = dict(apply_kwargs)
-        if method is not None:
-            kwargs["method"] = method
-        y = module.apply(v, inputs, **kwargs)
-        return y.tensor if isinstance(y, fields.Field) else y
-
     if precision is not None:
         P.check(precision)
         # invjax's layers take the arithmetic as an attribute (a new module, so a new trace);
         # other modules follow JAX's closest default below.
         module = P.configure(module, precision, strict=False)
+    apply, variables = _applier(module, variables, method, apply_kwargs)
     # The output's kind (invariant [B, C] or a map) is checked before any compute.
     y_shape = jax.eval_shape(apply, variables, x).shape
     if len(y_shape) not in (2, 4):

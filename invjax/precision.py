@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from invjax.contract import Precise, precision_scope
+from invjax.contract import Precise, is_nnx, precision_scope
 
 PRECISIONS = ("default", "highest", "bf16", "exact_fast")
 #: The precision at which invjax promises exactness on every backend and measures invariance.
@@ -227,11 +227,16 @@ def configure(model, name: str | None, strict: bool = True):
       ``name`` (:func:`invjax.contract.precision_scope`) and trace the products of Flax's own
       layers in :func:`jax_default`'s closest setting. Its variables are the wrapper's: the same
       names, the same tree.
+    - A Flax NNX module (:mod:`invjax.nnx`): a copy (``flax.nnx.clone``) whose every
+      :class:`~invjax.contract.Precise` module has ``precision`` set to ``name``; Flax's own
+      layers inside follow JAX's default (:func:`jax_default`, entered by the caller).
     - Flax's own layers (``nn.Dense`` ...) hold no invjax layer and take a lax precision under
       the same field name, and objects that are no Linen module cannot be configured: one clear
       error, or with ``strict=False`` the object itself.
     """
     check(name, allow_none=True)
+    if is_nnx(model):
+        return _configure_nnx(model, name)
     foreign = not isinstance(model, nn.Module) or type(model).__module__.startswith("flax.")
     if foreign and not isinstance(model, Precise):
         if not strict:
@@ -252,6 +257,17 @@ def configure(model, name: str | None, strict: bool = True):
     attrs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.init}
     attrs.update(subs, parent=None)
     return _scoped_class(type(model), name)(**attrs)
+
+
+def _configure_nnx(model, name: str | None):
+    """:func:`configure` of an NNX module: a copy with every invjax layer inside in ``name``."""
+    from flax import nnx  # imported already: the caller holds an NNX module
+
+    model = nnx.clone(model)
+    for _, module in nnx.iter_modules(model):
+        if isinstance(module, Precise):
+            module.precision = name
+    return model
 
 
 @functools.cache

@@ -12,21 +12,37 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 
 
+def python_blocks() -> list[str]:
+    """Every Python block of the README, in order."""
+    return re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+
+
 def example() -> str:
-    """The Python block of the README's section "Using the layers in your own Flax model"."""
+    """The Flax Linen example of the README's section "Using the layers in your own Flax model"
+    (the first of its two Python blocks; the second is the same network in Flax NNX)."""
     text = README.read_text()
     section = text.split("## Using the layers in your own Flax model", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"^```python\n(.*?)^```", section, flags=re.S | re.M)
-    assert len(blocks) == 1, "the section has one Python example"
+    assert len(blocks) == 2, "the section has a Linen and an NNX example"
+    assert "flax.linen" in blocks[0] and "from flax import nnx" in blocks[1]
     return blocks[0]
 
 
-def test_the_readme_example_runs_and_measures_float32_rounding():
+@pytest.mark.parametrize("index", range(len(python_blocks())))
+def test_every_readme_python_block_runs_and_measures_float32_rounding(index):
+    """Each block on its own (a reader copies one): the Linen and the NNX example both assert the
+    same exactness bound on the same elements."""
     namespace: dict = {}
-    exec(compile(example(), "README.md", "exec"), namespace)  # noqa: S102 (our own README)
+    exec(compile(python_blocks()[index], "README.md", "exec"), namespace)  # noqa: S102
     errors = namespace["errors"]
     assert list(errors) == ["rot90", "rot180", "rot270"]
     assert max(errors.values()) < 1e-5
+
+
+def test_one_readme_python_block_is_flax_nnx():
+    nnx_blocks = [b for b in python_blocks() if "from flax import nnx" in b]
+    assert len(nnx_blocks) == 1 and "from invjax.nnx import" in nnx_blocks[0]
+    assert "check_equivariance(model, None, images)" in nnx_blocks[0]
 
 
 def test_the_wrong_chain_the_readme_describes_is_one_clear_error():

@@ -348,9 +348,8 @@ class E2BatchNorm(Exact, Typed, Exportable, nn.Module):
                 ra_var.value = self.momentum * ra_var.value + (1 - self.momentum) * var
         else:
             mean, var = ra_mean.value, ra_var.value
-        mul = scale * jax.lax.rsqrt(var + self.epsilon)
-        add = bias - mean * mul
-        return fields.emit(x * jnp.repeat(mul, order) + jnp.repeat(add, order), out)
+        y = ops.field_batch_norm(x, mean, var, scale, bias, self.epsilon, order)
+        return fields.emit(y, out)
 
     def inference_arrays(self, x):
         """Eval mode folded into one per-channel affine map ``y = x * a + s`` (``[C |G|]`` each):

@@ -87,8 +87,18 @@ def _ws_kernel(module: nn.Module, x, features: int, kernel_size: int, kernel_ini
     return module.param("kernel", kernel_init, (kernel_size, kernel_size, x.shape[-1], features))
 
 
-def _ws_ii(module: nn.Module, x, group: G.Group, interpolation: str):
-    """Shared body of the group / translation WS layers (flat ``params/kernel``)."""
+#: The group / translation WS integration of each ``method`` (``x, kernel, group,
+#: interpolation, precision -> [B, O]``).
+WS_METHODS = {
+    "fast": ops.ws_integrate,
+    "reference": ops.ws_integrate_reference,
+    "weight_map": ops.ws_integrate_weight_map,
+}
+
+
+def check_ws_settings(module, interpolation: str) -> None:
+    """One clear error for a WS layer's ``features``, ``kernel_size``, ``method`` or
+    ``interpolation`` (any object with those attributes: the Linen and the NNX layers)."""
     owner = type(module).__name__
     _check_positive_int(module.features, "features", owner)
     _check_kernel_size(module.kernel_size, owner)
@@ -97,13 +107,14 @@ def _ws_ii(module: nn.Module, x, group: G.Group, interpolation: str):
         raise ValueError(
             f"{owner}: interpolation={interpolation!r} is unknown: choose one of {G.INTERPOLATIONS}"
         )
-    _check_input(x, owner)
+
+
+def _ws_ii(module: nn.Module, x, group: G.Group, interpolation: str):
+    """Shared body of the group / translation WS layers (flat ``params/kernel``)."""
+    check_ws_settings(module, interpolation)
+    _check_input(x, type(module).__name__)
     kernel = _ws_kernel(module, x, module.features, module.kernel_size, module.kernel_init)
-    fn = {
-        "fast": ops.ws_integrate,
-        "reference": ops.ws_integrate_reference,
-        "weight_map": ops.ws_integrate_weight_map,
-    }[module.method]
+    fn = WS_METHODS[module.method]
     y = fn(x, kernel.astype(x.dtype), group, interpolation, module.precision)
     module.sow("intermediates", FEATURES_NAME, y)
     return y
@@ -324,7 +335,8 @@ class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):
         )
 
     def _channels(self, x, pairs, mask):
-        """``layout='channels'``: ``[B, C]`` masked means of the ``[B, C, P]`` per-pair terms."""
+        """``layout='channels'``: ``[B, C]`` masked means of the ``[B, C, P]`` per-pair terms,
+        and those terms."""
         if self.method == "fast":
             terms = ops.channel_monomial_log_ratios(
                 x, pairs.exponent_kernel(1).astype(np.float32), self.epsilon, self.precision
@@ -334,12 +346,10 @@ class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):
             terms = ops.scale_monomial_channel_reference(x, pairs, self.epsilon)
             terms = jnp.log(terms) if self.output == "log" else terms
         terms = terms * mask.astype(terms.dtype)
-        self.sow("intermediates", TERMS_NAME, terms)
-        return terms.sum(-1) / jnp.maximum(mask.sum(), 1.0).astype(terms.dtype)
+        return terms.sum(-1) / jnp.maximum(mask.sum(), 1.0).astype(terms.dtype), terms
 
-    @nn.compact
-    def __call__(self, x, train: bool = False):
-        del train
+    def check_settings(self) -> None:
+        """One clear error for an invalid setting (before any compute)."""
         owner = type(self).__name__
         _check_positive_int(self.n_pairs, "n_pairs", owner)
         _check_kernel_size(self.kernel_size, owner)
@@ -350,15 +360,13 @@ class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):
             raise ValueError(
                 f"{owner}: layout={self.layout!r} is unknown: choose one of {MONOMIAL_LAYOUTS}"
             )
-        _check_input(x, owner)
+
+    def integrate(self, x, mask):
+        """``(y, terms)``: the layer's output for ``x [B, H, W, C_in]`` with the pairs' ``mask
+        [P]``, and for ``layout='channels'`` the per-pair terms ``[B, C_in, P]`` (else None)."""
         pairs = self.pairs(int(x.shape[-1]))
-        mask = self.variable(
-            MASK_COLLECTION, "mask", lambda: jnp.ones((self.n_pairs,), jnp.float32)
-        )
         if self.layout == "channels":
-            y = self._channels(x, pairs, mask.value)
-            self.sow("intermediates", FEATURES_NAME, y)
-            return y
+            return self._channels(x, pairs, mask)
         if self.method == "fast" and self.output == "log":
             y = ops.scale_monomial_log_integrate(x, pairs, self.epsilon, self.precision)
         elif self.method == "fast":
@@ -366,7 +374,19 @@ class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):
         else:
             y = ops.scale_monomial_reference(x, pairs, self.epsilon)
             y = jnp.log(y) if self.output == "log" else y
-        y = y * mask.value.astype(y.dtype)
+        return y * mask.astype(y.dtype), None
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        del train
+        self.check_settings()
+        _check_input(x, type(self).__name__)
+        mask = self.variable(
+            MASK_COLLECTION, "mask", lambda: jnp.ones((self.n_pairs,), jnp.float32)
+        )
+        y, terms = self.integrate(x, mask.value)
+        if terms is not None:
+            self.sow("intermediates", TERMS_NAME, terms)
         self.sow("intermediates", FEATURES_NAME, y)
         return y
 

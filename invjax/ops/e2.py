@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -151,3 +152,12 @@ def field_moments(x, group_order: int, axes=(0, 1, 2)):
     mean = jnp.mean(y, axis=red)
     var = jnp.mean(jnp.square(y), axis=red) - jnp.square(mean)
     return mean, jnp.maximum(var, 0.0)
+
+
+def field_batch_norm(x, mean, var, scale, bias, epsilon: float, group_order: int):
+    """``(x - mean) / sqrt(var + epsilon) * scale + bias`` with the per-field ``[C]`` statistics
+    and affine map repeated over each field's ``|G|`` channels: ``[..., C * |G|]``, computed as
+    one affine map ``x * a + s`` (``a = scale / sqrt(var + epsilon)``, ``s = bias - mean a``)."""
+    mul = scale * jax.lax.rsqrt(var + epsilon)
+    add = bias - mean * mul
+    return x * jnp.repeat(mul, group_order) + jnp.repeat(add, group_order)
