@@ -167,7 +167,8 @@ def run(args):
     print(
         f"precision {args.precision!r}; "
         f"device: {jax.devices()[0].device_kind} x{jax.device_count()}; batch {args.batch}, "
-        f"{args.size}x{args.size}, width divisor {args.width_divisor:g}, median of "
+        f"{args.size}x{args.size} (mnist: 28x28 grey), width divisor {args.width_divisor:g}, "
+        "median of "
         f"{args.repeats}"
     )
     header = (

@@ -10,7 +10,8 @@ gradient of ``sum(y^2)`` with respect to the parameters), ``conv2`` (32 -> 63 on
 ``--batch``. For each case and batch, each lowering of ``--lowerings`` (``auto``: the policy's
 pick, :mod:`invjax.ops.lowering`, printed) is compiled once, then timed in ``--repeats`` rounds
 in which the lowerings alternate, so that the load of a shared machine hits all alike; medians,
-and each lowering's time over ``auto``'s.
+and each lowering's time over ``auto``'s (``--repeats 0``: the memory sizes alone, compiled,
+nothing run).
 
 Memory: XLA's own account of each compiled step (``jax.jit(f).lower(...).compile()
 .memory_analysis()``): ``temp``, the temporary buffers the step allocates (its buffer
@@ -112,8 +113,9 @@ def measure(case: str, batch: int, lowerings, repeats: int) -> list[str]:
         fn, args, chosen[lowering] = step(case, lowering, batch)
         steps[lowering] = (fn, args)
         mem[lowering] = memory(fn, args)
-    sec = interleaved(steps, repeats)
-    base = sec.get("auto")
+    nan = float("nan")
+    sec = interleaved(steps, repeats) if repeats else {name: nan for name in steps}
+    base = sec.get("auto") if repeats else None
     kind, cin, cout, size = CASES[case]
     rows = []
     for lowering in lowerings:
@@ -137,8 +139,8 @@ def main(argv=None) -> None:
     cases = _comma(args.cases, tuple(CASES), "--cases")
     batches = _comma(args.batch, None, "--batch", int)
     lowerings = _comma(args.lowerings, LOWERINGS, "--lowerings")
-    if args.repeats < 1:
-        ap.exit(2, f"lowerings: error: --repeats={args.repeats} is invalid: it must be >= 1\n")
+    if args.repeats < 0:
+        ap.exit(2, f"lowerings: error: --repeats={args.repeats} is invalid: it must be >= 0\n")
     print(
         f"device: {jax.devices()[0].device_kind} ({platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores), jax {jax.__version__}; forward + backward, median of "

@@ -58,9 +58,11 @@ DOWNSAMPLE_RULES = ("symmetric", "strided", "maxpool")
 METHODS = ("direct", "im2col", "fft")
 #: The precisions the ``'fft'`` method honours (None: JAX's default, as :func:`conv2d`'s).
 FFT_PRECISIONS = (None, "default", "highest", "exact_fast")
-#: The most bytes of gathered patches one ``'im2col'`` product holds (1 GiB). The Scaled-MNIST
-#: lift (1 channel, 15 x 15 taps on 56 x 56) gathers 2.8 MB per image, 361 MB at batch 128: one
-#: product up to batch 380, chunks of 380 images beyond.
+#: The most bytes of gathered patches an ``'im2col'`` convolution holds (1 GiB): one product
+#: where the batch's patches fit, else chunks of images whose patches take a quarter of it (a
+#: gradient holds the forward's, the backward's and its transpose's chunk and the remainder's at
+#: once). The Scaled-MNIST lift (1 channel, 15 x 15 taps on 56 x 56) gathers 2.8 MB per image,
+#: 361 MB at batch 128: one product up to batch 380, chunks of 95 images beyond.
 IM2COL_MAX_BYTES = 1 << 30
 
 
@@ -226,13 +228,13 @@ def _im2col_rows(x, kernel, precision, dilation: int):
 def im2col_chunk(input_shape, kernel_size: int, max_bytes: int = IM2COL_MAX_BYTES):
     """The images per ``'im2col'`` product for an input of ``input_shape`` ``[B, H, W, I]``:
     ``B`` where its float32 patches (``4 B H W k^2 I`` bytes) fit in ``max_bytes`` or ``B`` is
-    not known when traced (a symbolic batch), else the most images whose patches fit (at least
-    one)."""
+    not known when traced (a symbolic batch), else the most images whose patches fit in a
+    quarter of ``max_bytes`` (at least one; :data:`IM2COL_MAX_BYTES` says why)."""
     b, h, w, c = input_shape
     per_image = 4 * h * w * kernel_size**2 * c
     if not isinstance(b, int | np.integer) or b * per_image <= max_bytes:
         return b
-    return max(1, max_bytes // per_image)
+    return max(1, max_bytes // (4 * per_image))
 
 
 def _im2col_product(x, kernel, precision, dilation: int, max_bytes: int = IM2COL_MAX_BYTES):
