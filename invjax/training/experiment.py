@@ -23,6 +23,7 @@ from flax import traverse_util
 from invjax import checkpoint, models, parallel
 from invjax import data as data_lib
 from invjax import precision as P
+from invjax.data import fingerprint
 from invjax.layers.scale import describe_lowerings
 from invjax.logging_utils import banner
 from invjax.models.common import count_params
@@ -211,6 +212,8 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
     make, trees = state_factory(model, tx, ds.image_shape, seed, bool(tc.select_best), sources)
     abstract_state = _abstract(jax.eval_shape(make, trees), parallel.replicated(mesh))
     check_resume_config(checkpoint.read_config(workdir), config, workdir)
+    if checkpoint.list_steps(workdir):  # a run to resume, or a finished one: on its own data
+        fingerprint.check(workdir, ds)
     restored = checkpoint.restore_latest(workdir, abstract_state)
     params = variables["params"]
     trainable = None if tc.trainable is None else tuple(tc.trainable)
