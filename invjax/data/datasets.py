@@ -343,14 +343,23 @@ def _check_data_dir(data_dir) -> None:
         )
 
 
+#: The most float64 memory :func:`_channel_stats` takes at once (a bound, whatever the images).
+STATS_CHUNK_BYTES = 1 << 30
+
+
 def _channel_stats(images: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and std in [0, 1] units, float64 accumulation in chunks (no big copy)."""
+    """Per-channel mean and std in [0, 1] units, float64 accumulation in chunks (no big copy):
+    ``chunk`` images at a time, or fewer pixels where those would take more than
+    :data:`STATS_CHUNK_BYTES` in float64 (large images: the sums then run over pieces)."""
     unit = 255.0 if images.dtype == np.uint8 else 1.0
     c = images.shape[-1]
+    pixels = images.reshape(-1, c)  # a view of the stored images
+    per_image = pixels.shape[0] // max(len(images), 1)
+    rows = max(1, min(chunk * per_image, STATS_CHUNK_BYTES // (8 * c)))
     s1 = np.zeros(c)
     s2 = np.zeros(c)
-    for start in range(0, len(images), chunk):
-        x = images[start : start + chunk].astype(np.float64).reshape(-1, c) / unit
+    for start in range(0, len(pixels), rows):
+        x = pixels[start : start + rows].astype(np.float64) / unit
         s1 += x.sum(0)
         s2 += (x * x).sum(0)
     count = max(images.size // c, 1)

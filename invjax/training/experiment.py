@@ -27,6 +27,7 @@ from invjax.data import fingerprint
 from invjax.layers.scale import describe_lowerings
 from invjax.logging_utils import banner
 from invjax.models.common import count_params
+from invjax.training import memory
 from invjax.training.optimizer import (
     count_trainable,
     is_int,
@@ -116,6 +117,7 @@ class Experiment:
     eval_precision: str = P.EXACT  # arithmetic of evaluation and of the certificate
     state_bytes: int = 0  # of one checkpoint's arrays (the start-up free-space check)
     variables: Any = None  # the model's abstract variables (ShapeDtypeStructs)
+    activation_bytes: int = 0  # one image's largest intermediate (training.memory)
 
 
 def _abstract(tree, sharding):
@@ -175,7 +177,13 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
         variables = jax.eval_shape(
             functools.partial(init_variables, model, ds.image_shape), jax.random.PRNGKey(0)
         )
-        logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
+        logits, captured = jax.eval_shape(  # with every intermediate: the memory estimate
+            lambda v, x: model.apply(
+                v, x, train=False, capture_intermediates=True, mutable=["intermediates"]
+            ),
+            variables,
+            x,
+        )
     except ValueError as e:  # the model's own message about its config or input
         if ds.name != data_lib.IMAGE_FOLDER:
             raise
@@ -217,7 +225,7 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
     restored = checkpoint.restore_latest(workdir, abstract_state)
     params = variables["params"]
     trainable = None if tc.trainable is None else tuple(tc.trainable)
-    return Experiment(
+    exp = Experiment(
         config=config,
         workdir=workdir,
         dataset=ds,
@@ -234,7 +242,10 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
         precision=precision,
         eval_precision=eval_precision,
         variables=variables,
+        activation_bytes=memory.activation_bytes(captured, x.shape[0]),
     )
+    memory.check(exp)  # data, state and one step's activations fit, before any compute
+    return exp
 
 
 def _resize_hint(ds) -> str:

@@ -23,7 +23,10 @@ uint8 value ``k`` exactly (the rounding error times 255 is at most 0.13). ::
 
 writes ``train-images-idx3-ubyte.gz`` and ``train-labels-idx1-ubyte.gz`` (10,000 images, the
 digits 0 first, then 1, ..., each digit's images in the package's order; no test pair) and
-checks the result by reading it back.
+checks the result by reading it back. ``--out`` must be a new or empty directory (nothing is
+overwritten); bad input (a file that is not the package's encoding, NaN, an empty list, an
+``--out`` that cannot be made) is one line and exit status 2 before anything is written; a
+write that fails is exit status 1 and leaves nothing.
 """
 
 from __future__ import annotations
