@@ -244,8 +244,9 @@ def test_a_dry_run_of_a_scaled_idx_dataset_makes_and_writes_no_realisation(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["data_dir a file", "image_size ignored", "dangling path",
-                                  "empty split"])  # fmt: skip
+@pytest.mark.parametrize(
+    "case", ["data_dir a file", "image_size ignored", "dangling path", "image folder loop",
+             "empty split"])  # fmt: skip
 def test_data_values_are_named_by_their_own_key(tmp_path, case):
     data = tmp_path / "mnist"
     write_idx_dir(str(data), 60, 20)
@@ -263,12 +264,17 @@ def test_data_values_are_named_by_their_own_key(tmp_path, case):
             [*_mnist(tmp_path / "link")],
             f"{tmp_path / 'link'} is a symbolic link to '{tmp_path / 'gone'}', which does not exist",
         ),
+        "image folder loop": (
+            ["--config.data.name=image_folder", f"--config.data.path={tmp_path / 'loop'}"],
+            f"{tmp_path / 'loop'} is a loop of symbolic links",
+        ),
         "empty split": (
             [*_mnist(data)],
             f"{data / 'train-images-idx3-ubyte.gz'} holds no images",
         ),
     }[case]
     os.symlink(tmp_path / "gone", tmp_path / "link")
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
     if case == "empty split":
         idx.write_idx(str(data / "train-images-idx3-ubyte.gz"), np.zeros((0, 28, 28), np.uint8))
         idx.write_idx(str(data / "train-labels-idx1-ubyte.gz"), np.zeros(0, np.uint8))

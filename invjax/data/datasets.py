@@ -247,13 +247,7 @@ def check_config(cfg) -> dict:
     else:
         shape, num_classes, default_aug = DATASETS[name]
         class_names = CLASS_NAMES[name]
-        image_size = _get(cfg, "image_size", None)
-        if image_size is not None:  # read by image folders only: never silently ignored
-            raise ValueError(
-                f"data.image_size={image_size!r} is read only by data.name='image_folder' (it "
-                f"resizes a folder's images); dataset {name!r} has its own {shape[0]}x{shape[1]}"
-                " images: leave data.image_size unset (None)"
-            )
+        _no_image_size(name, shape, _get(cfg, "image_size", None))
         path = sources.check_path(SPECS[name].source, path)  # IDX files present (not read)
     _check_data_dir(_get(cfg, "data_dir", None))
     aug = _get(cfg, "augment", DEFAULTS["augment"])
@@ -316,6 +310,17 @@ def check_config(cfg) -> dict:
         "class_names": tuple(class_names),
         "folder": folder,
     }
+
+
+def _no_image_size(name: str, shape, image_size) -> None:
+    """``data.image_size`` is read by image folders only: given for another dataset, it is
+    refused rather than silently ignored."""
+    if image_size is not None:
+        raise ValueError(
+            f"data.image_size={image_size!r} is read only by data.name='image_folder' (it "
+            f"resizes a folder's images); dataset {name!r} has its own {shape[0]}x{shape[1]}"
+            " images: leave data.image_size unset (None)"
+        )
 
 
 def _check_data_dir(data_dir) -> None:

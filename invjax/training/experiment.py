@@ -172,48 +172,8 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
             f"(--config.model.num_classes={ds.num_classes})"
         )
     model = models.build(config.model)
-    x = jax.ShapeDtypeStruct((2, *ds.image_shape), jnp.float32)
-    try:  # abstractly: shapes only, no compute
-        variables = jax.eval_shape(
-            functools.partial(init_variables, model, ds.image_shape), jax.random.PRNGKey(0)
-        )
-        logits, captured = jax.eval_shape(  # with every intermediate: the memory estimate
-            lambda v, x: model.apply(
-                v, x, train=False, capture_intermediates=True, mutable=["intermediates"]
-            ),
-            variables,
-            x,
-        )
-    except ValueError as e:  # the model's own message about its config or input
-        if ds.name != data_lib.IMAGE_FOLDER:
-            raise
-        raise ValueError(f"{e} {_resize_hint(ds)}") from e
-    except Exception as e:  # noqa: BLE001 (shape errors surface as TypeError etc. deep in JAX)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        hint = f" {_resize_hint(ds)}" if ds.name == data_lib.IMAGE_FOLDER else ""
-        raise ValueError(
-            f"model {config.model.name!r} cannot take images of shape {x.shape} (dataset "
-            f"{ds.name!r}, [N, H, W, C]): {type(e).__name__}: {first}{hint}"
-        ) from e
-    if tuple(logits.shape) != (2, ds.num_classes):
-        raise ValueError(
-            f"model {config.model.name!r} maps images {(2, *ds.image_shape)} to logits of shape "
-            f"{tuple(logits.shape)}, expected {(2, ds.num_classes)}"
-        )
-    if tc.batch_size > len(ds.train):
-        raise ValueError(
-            f"train.batch_size={tc.batch_size} is larger than the training set: dataset "
-            f"{ds.name!r} has {len(ds.train)} training images (data.n_train={config.data.n_train}"
-            f", after the validation split): use train.batch_size <= {len(ds.train)}"
-        )
-    steps_per_epoch = -(-len(ds.train) // tc.batch_size)
-    if steps_per_epoch * tc.num_epochs > MAX_STEPS:
-        raise ValueError(
-            f"train.num_epochs={tc.num_epochs} is invalid: {tc.num_epochs} epochs of "
-            f"{steps_per_epoch} steps are {steps_per_epoch * tc.num_epochs:.3g} steps, more than "
-            f"the {MAX_STEPS:,} a run may take (invjax.training.experiment.MAX_STEPS): use at "
-            f"most {MAX_STEPS // steps_per_epoch} epochs"
-        )
+    variables, largest = _abstract_model(model, config.model.name, ds)
+    steps_per_epoch = _steps_per_epoch(tc, ds, config.data.n_train)
     tx = make_optimizer(tc, steps_per_epoch, variables["params"])
 
     sources = _load_sources(tc.init_from, variables) if load_sources else []
@@ -242,10 +202,66 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
         precision=precision,
         eval_precision=eval_precision,
         variables=variables,
-        activation_bytes=memory.activation_bytes(captured, x.shape[0]),
+        activation_bytes=largest,
     )
     memory.check(exp)  # data, state and one step's activations fit, before any compute
     return exp
+
+
+def _steps_per_epoch(tc, ds, n_train) -> int:
+    """Steps of an epoch of ``train.batch_size`` on the training split; one ValueError where
+    the batch is larger than the split or the run longer than :data:`MAX_STEPS`."""
+    if tc.batch_size > len(ds.train):
+        raise ValueError(
+            f"train.batch_size={tc.batch_size} is larger than the training set: dataset "
+            f"{ds.name!r} has {len(ds.train)} training images (data.n_train={n_train}"
+            f", after the validation split): use train.batch_size <= {len(ds.train)}"
+        )
+    steps_per_epoch = -(-len(ds.train) // tc.batch_size)
+    if steps_per_epoch * tc.num_epochs > MAX_STEPS:
+        raise ValueError(
+            f"train.num_epochs={tc.num_epochs} is invalid: {tc.num_epochs} epochs of "
+            f"{steps_per_epoch} steps are {steps_per_epoch * tc.num_epochs:.3g} steps, more than "
+            f"the {MAX_STEPS:,} a run may take (invjax.training.experiment.MAX_STEPS): use at "
+            f"most {MAX_STEPS // steps_per_epoch} epochs"
+        )
+    return steps_per_epoch
+
+
+def _abstract_model(model, name: str, ds) -> tuple[Any, int]:
+    """``(the model's abstract variables, the bytes of its largest intermediate per image)``,
+    checked on a batch of two of the dataset's images abstractly (shapes only, no compute): one
+    ValueError naming the model and the image shape if it cannot take them or does not map them
+    to one logit per class."""
+    x = jax.ShapeDtypeStruct((2, *ds.image_shape), jnp.float32)
+    try:
+        variables = jax.eval_shape(
+            functools.partial(init_variables, model, ds.image_shape), jax.random.PRNGKey(0)
+        )
+        logits, captured = jax.eval_shape(  # with every intermediate: the memory estimate
+            lambda v, x: model.apply(
+                v, x, train=False, capture_intermediates=True, mutable=["intermediates"]
+            ),
+            variables,
+            x,
+        )
+    except ValueError as e:  # the model's own message about its config or input
+        if ds.name != data_lib.IMAGE_FOLDER:
+            raise
+        raise ValueError(f"{e} {_resize_hint(ds)}") from e
+    except Exception as e:  # noqa: BLE001 (shape errors surface as TypeError etc. deep in JAX)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        hint = f" {_resize_hint(ds)}" if ds.name == data_lib.IMAGE_FOLDER else ""
+        raise ValueError(
+            f"model {name!r} cannot take images of shape {x.shape} (dataset "
+            f"{ds.name!r}, [N, H, W, C]): {type(e).__name__}: {first}{hint}"
+        ) from e
+    if tuple(logits.shape) != (2, ds.num_classes):
+        raise ValueError(
+            f"model {name!r} maps images {(2, *ds.image_shape)} to logits of shape "
+            f"{tuple(logits.shape)}, expected {(2, ds.num_classes)}"
+        )
+    return variables, memory.activation_bytes(captured, x.shape[0])
 
 
 def _resize_hint(ds) -> str:

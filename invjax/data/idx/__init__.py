@@ -77,7 +77,7 @@ GZIP_MAX_RATIO = 1032
 _CHUNK = 1 << 24  # gzip data is read in pieces of 16 MiB: memory grows only with data that exists
 
 
-def _link_problem(path: str) -> str | None:
+def link_problem(path: str) -> str | None:
     """Why ``path`` cannot be opened although a directory entry names it (a dangling symbolic
     link, a loop of links), else None."""
     if os.path.exists(path) or not os.path.lexists(path):
@@ -197,7 +197,7 @@ def _find(directory: str, stem: str) -> str | None:
         p = os.path.join(directory, name)
         if os.path.isfile(p):
             return p
-        problem = _link_problem(p) or (f"{p} is a directory" if os.path.isdir(p) else None)
+        problem = link_problem(p) or (f"{p} is a directory" if os.path.isdir(p) else None)
         if problem:
             raise IDXError(f"{problem}: the MNIST-format file {name} must be a readable file")
     return None
@@ -235,7 +235,7 @@ def find_dir(directory: str) -> dict[str, tuple[str, str]]:
     expected files otherwise.
     """
     directory = os.path.expanduser(str(directory))
-    problem = _link_problem(directory)
+    problem = link_problem(directory)
     if problem:
         raise IDXError(f"data.path={directory!r}: {problem}")
     if not os.path.isdir(directory):
@@ -333,7 +333,7 @@ def check_out(out_dir: str) -> str:
         path = workdir.check(out_dir, flag="--out")  # empty, remote, a file, not creatable
     except workdir.WorkdirError as e:
         raise IDXError(str(e)) from None
-    problem = _link_problem(path)
+    problem = link_problem(path)
     if problem:
         raise IDXError(f"--out={out_dir}: {problem}")
     if os.path.isdir(path) and os.listdir(path):
