@@ -101,11 +101,12 @@ def _sizes(sizes: dict) -> str:
 
 
 def record(workdir: str, dataset) -> None:
-    """Write ``workdir``'s record of ``dataset`` (atomically) unless one exists or the
+    """Write ``workdir``'s record of ``dataset`` (atomically; a run starting from scratch
+    replaces the record of one that was stopped before its first checkpoint), unless the
     dataset has no fingerprint (a stand-in)."""
     now = getattr(dataset, "fingerprint", None)
     path = os.path.join(workdir, FILE)
-    if now is None or os.path.lexists(path):
+    if now is None:
         return
     info = {"fingerprint": now, "dataset": dataset.name, "sizes": _sizes_of(dataset)}
     try:
