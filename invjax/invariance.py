@@ -472,7 +472,7 @@ def check_images(images, image_shape: tuple[int, ...], name: str) -> np.ndarray:
     lo, hi = float(images.min()), float(images.max())
     if lo < 0.0 or hi > 1.0:
         raise ValueError(
-            f"images have values in [{lo:.4g}, {hi:.4g}]: model mode takes {want} (transforms "
+            f"images have values in [{lo!r}, {hi!r}]: model mode takes {want} (transforms "
             "act on [0, 1] images, normalised afterwards as in training)"
         )
     return images.astype(np.float32)

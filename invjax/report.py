@@ -568,6 +568,13 @@ def cannot_write(path: str) -> str | None:
         return f"{directory} is a file, not a directory"
     if os.path.isdir(path):
         return f"{path} is a directory"
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext:  # a format matplotlib cannot write would fail only after the report is read
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = sorted(FigureCanvasBase.get_supported_filetypes())
+        if ext not in formats:
+            return f"matplotlib cannot write .{ext} files (formats: {', '.join(formats)})"
     probe = os.path.join(directory, f".report-write-test-{os.getpid()}")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

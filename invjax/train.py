@@ -52,6 +52,7 @@ import jax
 
 from invjax import parallel
 from invjax import workdir as workdir_lib
+from invjax.data import scaled_mnist
 from invjax.training import many, signals
 from invjax.training import plan as plan_lib
 
@@ -98,7 +99,8 @@ def dry_run(config, workdir: str, describe: Callable | None = None) -> str:
 
     describe = describe or describe_run
     path, seeds, config, _ = _split(config, workdir, None)
-    job = _check(config, path, workdir, seeds)
+    with scaled_mnist.checks_only():  # a realisation not cached is neither made nor written
+        job = _check(config, path, workdir, seeds)
     show = lambda p: _describe_plan(p, describe)  # noqa: E731
     return many.describe(job.plan, describe_plan=show) if seeds else show(job.plan)
 
@@ -139,7 +141,10 @@ def train_and_evaluate(
     with contextlib.ExitStack() as stack:
         if own_signals:
             stack.enter_context(signals.handle_signals())
-        job = _locked_check(stack, config, path, workdir, seeds)
+        with scaled_mnist.caches_deferred() as commit_caches:  # none if refused
+            job = _locked_check(stack, config, path, workdir, seeds)
+            if jax.process_index() == 0:
+                commit_caches()
         if jax.process_index() == 0:
             workdir_lib.write_kind(path, job.kind, seeds=seeds, record=record)
         if on_compute is not None:

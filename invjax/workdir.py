@@ -197,9 +197,35 @@ def write_kind(path: str, kind: str, seeds=None, record: dict | None = None) -> 
     target = os.path.join(path, KIND_FILE)
     if _read(target) == json.loads(json.dumps(info, default=str)):
         return  # a resumed or reused job leaves its folder's files as they were
-    with open(target + ".tmp", "w") as f:
-        json.dump(info, f, indent=2, default=str)
-    os.replace(target + ".tmp", target)
+    try:
+        with open(target + ".tmp", "w") as f:
+            json.dump(info, f, indent=2, default=str)
+        os.replace(target + ".tmp", target)
+    finally:  # a write that failed (a full disk, a directory in the way) leaves nothing
+        if os.path.lexists(target + ".tmp"):
+            os.remove(target + ".tmp")
+
+
+def _check_kind_file(path: str, flag: str) -> None:
+    """A ``run_kind.json`` that is there but is not a record (garbled, a directory): a
+    :class:`WorkdirError` naming it, not silently rewritten."""
+    target = os.path.join(path, KIND_FILE)
+    if not os.path.lexists(target):
+        return
+    record = _read(target) if os.path.isfile(target) else None
+    seeds = record.get("seeds", []) if isinstance(record, dict) else None
+    valid = isinstance(record, dict) and (
+        record.get("kind") == RUN
+        or record.get("kind") == SEEDS
+        and isinstance(seeds, list)
+        and all(isinstance(k, int) for k in seeds)
+    )
+    if not valid:
+        raise WorkdirError(
+            f"{flag}={path}: {target} is not a record of what the folder holds (expected "
+            '{"kind": "run"} or {"kind": "seeds", "seeds": [...]}): restore it, or delete it '
+            "(the folder's files then tell its kind) and run the same command again"
+        )
 
 
 def _seeds_text(seeds) -> str:
@@ -210,6 +236,7 @@ def check_kind(path: str, kind: str, seeds=None, flag: str = "--workdir") -> Non
     """Refuse (:class:`WorkdirError`, naming the command that fits) a job of ``kind`` in a
     folder that holds the other kind: a single run in the folder of K models, or K models in a
     single run's folder."""
+    _check_kind_file(path, flag)
     held = read_kind(path)
     if held is None or held["kind"] == kind:
         return

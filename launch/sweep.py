@@ -220,8 +220,15 @@ def load_config(stem: str, overrides: dict):
     for key, value in overrides.items():
         *path, last = key.split(".")
         node = config
-        for part in path:
-            node = node[part]
+        for i, part in enumerate([*path, last]):  # an unknown key: named, with the valid ones
+            if not hasattr(node, "keys") or part not in node:
+                valid = sorted(node.keys()) if hasattr(node, "keys") else []
+                raise ValueError(
+                    f"config key {key!r} of configs/{stem}.py is unknown: "
+                    f"{'.'.join(path[:i]) or 'the config'} has no {part!r} (its keys: {valid})"
+                )
+            if i < len(path):
+                node = node[part]
         node[last] = value
     return config
 
@@ -690,6 +697,20 @@ def run_local(
     return 1 if failed else 0
 
 
+def _cannot_write_slurm(path: str) -> str | None:
+    """Why the script ``path`` (and ``path.commands`` beside it) cannot be written, or None."""
+    if os.path.isdir(path):
+        return "is a directory: give the script's file name, e.g. DIR/sweep.sh"
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        return f"cannot be written: {folder} is a file, not a directory"
+    if not os.path.exists(os.path.dirname(os.path.abspath(path))):
+        return f"cannot be written: its folder {os.path.dirname(os.path.abspath(path))} is missing"
+    return None
+
+
 def write_slurm(runs: Sequence[Run], path: str, args) -> tuple[str, str]:
     """Write the array script ``path`` and its command list ``path.commands``."""
     groups = by_point(runs)
@@ -806,6 +827,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     if not args.slurm:
         parser.error("choose --dry_run, --local or --slurm FILE")
+    problem = _cannot_write_slurm(args.slurm)
+    if problem:
+        print(f"invjax: error: --slurm {args.slurm}: {problem}", file=sys.stderr)
+        return 2
     script, commands = write_slurm(runs, args.slurm, args)
     print(
         f"wrote {script} ({len(runs)} commands in {len(by_point(runs))} array tasks) and {commands}"

@@ -18,6 +18,8 @@ FAULT (``NAME:ARG[:ARG]``):
 ``fill_disk_at_save:STEP:B``   before the save of STEP, a file beside the workdir fills its file
                                system up to B free bytes (a real ENOSPC on a small tmpfs)
 ``free_bytes:N``               file systems report N free bytes (``shutil.disk_usage``)
+``sigterm_in_init:N``          the process sends itself SIGTERM inside the N-th abstract
+                               initialisation of a model (``jax.eval_shape`` of a run's checks)
 ``read_only:DIR``              every write under DIR (a file opened for writing, a directory
                                made, a rename, a removal) fails with EROFS, as on a read-only
                                mount (permission bits do not stop root)
@@ -175,6 +177,22 @@ def sigterm_after_step(n: int, patch) -> None:
     patch(lockstep, "jit_steps", jit_steps)
 
 
+def sigterm_in_init(n: int, patch) -> None:
+    """SIGTERM to this process inside the ``n``-th call of the model initialisation that
+    :func:`invjax.training.experiment.prepare` traces abstractly (the checks of each model)."""
+    from invjax.training import experiment
+
+    original, calls = experiment.init_variables, [0]
+
+    def init_variables(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler raises inside the trace
+        return original(*args, **kwargs)
+
+    patch(experiment, "init_variables", init_variables)
+
+
 def pause_before_manifest(seconds: float, patch) -> None:
     from invjax import checkpoint
 
@@ -240,6 +258,8 @@ def install(spec: str, patch=setattr) -> list:
         name, *args = item.split(":")
         if name == "sigterm_after_step":
             sigterm_after_step(int(args[0]), patch)
+        elif name == "sigterm_in_init":
+            sigterm_in_init(int(args[0]), patch)
         elif name == "pause_before_manifest":
             pause_before_manifest(float(args[0]), patch)
         elif name == "enospc_from_write":

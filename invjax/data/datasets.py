@@ -64,13 +64,14 @@ units; :func:`to_float` applies them.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import jax.numpy as jnp
 import numpy as np
 
 from invjax.data import augment as augment_lib
 from invjax.data import digits as digits_lib
-from invjax.data import scaled_mnist, sources, subsets
+from invjax.data import fingerprint, scaled_mnist, sources, subsets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +191,8 @@ class Dataset:
     std: np.ndarray
     augment: str
     class_names: tuple[str, ...] = ()
+    # invjax.data.fingerprint.compute of the three splits; None: stand-in images of a dry run
+    fingerprint: str | None = None
 
 
 #: The one home of every ``config.data`` default (``invjax.configs.base`` and the checks below
@@ -244,7 +247,9 @@ def check_config(cfg) -> dict:
     else:
         shape, num_classes, default_aug = DATASETS[name]
         class_names = CLASS_NAMES[name]
+        _no_image_size(name, shape, _get(cfg, "image_size", None))
         path = sources.check_path(SPECS[name].source, path)  # IDX files present (not read)
+    _check_data_dir(_get(cfg, "data_dir", None))
     aug = _get(cfg, "augment", DEFAULTS["augment"])
     aug = default_aug if aug in (None, "default") else aug
     if aug not in augment_lib.AUGMENTATIONS:
@@ -307,14 +312,59 @@ def check_config(cfg) -> dict:
     }
 
 
+def _no_image_size(name: str, shape, image_size) -> None:
+    """``data.image_size`` is read by image folders only: given for another dataset, it is
+    refused rather than silently ignored."""
+    if image_size is not None:
+        raise ValueError(
+            f"data.image_size={image_size!r} is read only by data.name='image_folder' (it "
+            f"resizes a folder's images); dataset {name!r} has its own {shape[0]}x{shape[1]}"
+            " images: leave data.image_size unset (None)"
+        )
+
+
+def _check_data_dir(data_dir) -> None:
+    """``data.data_dir`` (TFDS's prepared datasets and the realisation caches): None, or an
+    existing directory or one that can be created; one ValueError naming it otherwise."""
+    if data_dir is None:
+        return
+    path = os.path.abspath(os.path.expanduser(str(data_dir)))
+    what = "the folder of prepared TFDS datasets and of the realisation caches"
+    if os.path.lexists(path) and not os.path.exists(path):
+        raise ValueError(
+            f"data.data_dir={data_dir!r} is a symbolic link that leads nowhere (dangling, or a "
+            f"loop): it must be a directory, {what}"
+        )
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(
+            f"data.data_dir={data_dir!r} is a file, not a directory: it must be {what}"
+        )
+    base = path
+    while not os.path.exists(base):
+        base = os.path.dirname(base)
+    if not os.path.isdir(base):
+        raise ValueError(
+            f"data.data_dir={data_dir!r} cannot be created: {base} is a file, not a directory"
+        )
+
+
+#: The most float64 memory :func:`_channel_stats` takes at once (a bound, whatever the images).
+STATS_CHUNK_BYTES = 1 << 30
+
+
 def _channel_stats(images: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and std in [0, 1] units, float64 accumulation in chunks (no big copy)."""
+    """Per-channel mean and std in [0, 1] units, float64 accumulation in chunks (no big copy):
+    ``chunk`` images at a time, or fewer pixels where those would take more than
+    :data:`STATS_CHUNK_BYTES` in float64 (large images: the sums then run over pieces)."""
     unit = 255.0 if images.dtype == np.uint8 else 1.0
     c = images.shape[-1]
+    pixels = images.reshape(-1, c)  # a view of the stored images
+    per_image = pixels.shape[0] // max(len(images), 1)
+    rows = max(1, min(chunk * per_image, STATS_CHUNK_BYTES // (8 * c)))
     s1 = np.zeros(c)
     s2 = np.zeros(c)
-    for start in range(0, len(images), chunk):
-        x = images[start : start + chunk].astype(np.float64).reshape(-1, c) / unit
+    for start in range(0, len(pixels), rows):
+        x = pixels[start : start + rows].astype(np.float64) / unit
         s1 += x.sum(0)
         s2 += (x * x).sum(0)
     count = max(images.size // c, 1)
@@ -323,19 +373,20 @@ def _channel_stats(images: np.ndarray, chunk: int = 4096) -> tuple[np.ndarray, n
     return mean.astype(np.float32), np.maximum(std, 1e-6).astype(np.float32)
 
 
-def _source_splits(opts) -> dict[str, Split]:
+def _source_splits(opts) -> tuple[dict[str, Split], bool]:
     """The splits the source (or its variant) defines: ``'train'``, and ``'val'``/``'test'``
-    where it has them; before the validation split and the subset."""
+    where it has them; before the validation split and the subset. With them, whether their
+    images are the data's (False for a realisation a dry run did not generate)."""
     name, data_dir, r, path = opts["name"], opts["data_dir"], opts["realisation"], opts["path"]
     if name == IMAGE_FOLDER:
         from invjax.data import image_folder
 
         parts = {s: image_folder.read_split(opts["folder"], s) for s in image_folder.SPLITS}
-        return {s: Split(*v) for s, v in parts.items() if v is not None}
+        return {s: Split(*v) for s, v in parts.items() if v is not None}, True
     spec = SPECS[name]
     if spec.source == "digits":  # builds its variants itself (see invjax.data.digits)
         parts = digits_lib.realisation(spec.variant, r)
-        return {s: Split(*v) for s, v in zip(scaled_mnist.SPLITS, parts)}
+        return {s: Split(*v) for s, v in zip(scaled_mnist.SPLITS, parts)}, True
     if spec.variant is not None:
         d = scaled_mnist.realisation(
             name,
@@ -346,14 +397,15 @@ def _source_splits(opts) -> dict[str, Split]:
             data_dir,
             cache_first=path is None,  # TFDS: fixed and slow to read; IDX files: by content
         )
-        return {s: Split(d[f"{s}_images"], d[f"{s}_labels"]) for s in scaled_mnist.SPLITS}
-    return {s: Split(*v) for s, v in sources.read_all(spec.source, data_dir, path).items()}
+        splits = {s: Split(d[f"{s}_images"], d[f"{s}_labels"]) for s in scaled_mnist.SPLITS}
+        return splits, not d.get("stand_in", False)
+    return {s: Split(*v) for s, v in sources.read_all(spec.source, data_dir, path).items()}, True
 
 
 def load(cfg) -> Dataset:
     """Load ``config.data`` (fields: see :func:`default_config` and the module docstring)."""
     opts = check_config(cfg)
-    parts = _source_splits(opts)
+    parts, exact = _source_splits(opts)
     train, val, test = parts["train"], parts.get("val"), parts.get("test")
     if test is None:  # a source with only training images: hold a stratified share out
         tr, te = subsets.validation_split(train.labels, TRAIN_ONLY_TEST_FRACTION, TEST_SPLIT_SEED)
@@ -387,6 +439,7 @@ def load(cfg) -> Dataset:
     for split_name, split in (("train", train), ("val", val), ("test", test)):
         check_images(split.images, opts["image_shape"], what=f"{opts['name']} {split_name}")
     mean, std = _channel_stats(train.images)
+    splits = {"train": train, "val": val, "test": test}
     return Dataset(
         name=opts["name"],
         train=Split(train.images, train.labels.astype(np.int32)),
@@ -398,6 +451,7 @@ def load(cfg) -> Dataset:
         std=std,
         augment=opts["augment"],
         class_names=opts["class_names"],
+        fingerprint=fingerprint.compute(splits) if exact else None,
     )
 
 

@@ -278,7 +278,10 @@ def _check_root(path) -> str:
             f"{layout}" + ("; unpack the archive and give its folder" if archive else "")
         )
     if not os.path.isdir(root):
-        raise ValueError(f"data.path={path!r}: no such directory (an image folder is {layout})")
+        from invjax.data.idx import link_problem  # a dangling link or a loop: not "missing"
+
+        what = link_problem(root) or "no such directory"
+        raise ValueError(f"data.path={path!r}: {what} (an image folder is {layout})")
     for split in ("train", "test"):
         if not os.path.isdir(os.path.join(root, split)):
             raise ValueError(

@@ -31,10 +31,19 @@ use (seconds to a minute) and cached under
 ``<data_dir>/invjax/<dataset name>/``: Scaled-MNIST from TFDS as
 ``mnist_scale/realisation_<r>.npz``; from a directory of IDX files in a subdirectory named by a
 digest of the pooled images and labels, so changed files never meet a stale cache.
+
+Writing the cache waits for the run: inside :func:`caches_deferred` (every training command's
+checks) a realisation generated is kept in memory and written only by the block's ``commit``,
+once every check has passed, so a command refused later leaves no cache behind; inside
+:func:`checks_only` (``--dry_run``) a realisation missing from the cache is not generated at
+all: its splits are drawn (cheap) and its images are the source's, unscaled, of the same shape,
+for the checks, and nothing is written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import logging
@@ -85,7 +94,13 @@ def check_realisation(realisation) -> int:
 
 
 def generate(
-    images, labels, seed: int, sizes=SIZES, scale_range=SCALE_RANGE, angle_range=None
+    images,
+    labels,
+    seed: int,
+    sizes=SIZES,
+    scale_range=SCALE_RANGE,
+    angle_range=None,
+    resample: bool = True,
 ) -> dict:
     """One realisation from a pooled source ``images [N, 28, 28, 1] uint8`` and ``labels``.
 
@@ -93,6 +108,8 @@ def generate(
     (float32) and ``{split}_source`` (int64 index into the pooled input, e.g. MNIST train, then
     test) for ``split`` in train/val/test; with ``angle_range`` (degrees) every image is also
     rotated by its own angle (``{split}_angles``, float32), drawn by ``(seed, 3)``.
+    ``resample=False`` draws everything but leaves the images as the source's (the checks of
+    :func:`checks_only`: the shapes and labels of the realisation without its compute).
     """
     labels = np.asarray(labels, np.int32)
     n_train, n_val, n_test = (int(s) for s in sizes)
@@ -101,13 +118,14 @@ def generate(
     chosen = {"train": trainval[tr], "val": trainval[va], "test": test}
     order = np.concatenate([chosen[s] for s in SPLITS])
     scales = draw_scales(len(order), (seed, 2), scale_range)
-    x = np.asarray(images)[order].astype(np.float32) / 255.0
-    if angle_range is None:
-        x = shrink(x, scales)
-    else:
+    if angle_range is not None:
         angles = draw_angles(len(order), (seed, 3), angle_range)
-        x = rotate_shrink(x, scales, angles)
-    x = np.round(x * 255.0).astype(np.uint8)
+    if resample:
+        x = np.asarray(images)[order].astype(np.float32) / 255.0
+        x = shrink(x, scales) if angle_range is None else rotate_shrink(x, scales, angles)
+        x = np.round(x * 255.0).astype(np.uint8)
+    else:
+        x = np.asarray(images)[order]
     out, start = {}, 0
     for split in SPLITS:
         k = len(chosen[split])
@@ -158,6 +176,45 @@ def pool(splits: dict, first: int | None = None) -> tuple[np.ndarray, np.ndarray
         )
     order = np.argsort(labels[:first], kind="stable")
     return images[:first][order], labels[:first][order]
+
+
+# Where a generated realisation goes: None = its cache at once; a list = kept there until
+# caches_deferred's commit; _CHECKS_ONLY = nowhere, and none is generated (checks_only).
+_CHECKS_ONLY = "checks only"
+_PENDING: contextvars.ContextVar = contextvars.ContextVar("invjax_realisation_caches", default=None)
+
+
+@contextlib.contextmanager
+def caches_deferred():
+    """Inside the block, realisations generated are written to their caches only when the
+    yielded ``commit()`` is called (a cache that cannot be written then is a warning: the
+    realisation is in memory). Leaving the block without ``commit()`` writes nothing."""
+    pending: list = []
+
+    def commit() -> None:
+        while pending:
+            path, data, meta = pending.pop(0)
+            try:
+                _write_cache(path, data, meta)
+            except OSError as e:
+                logging.warning("could not cache the realisation in %s (%s)", path, e)
+
+    token = _PENDING.set(pending)
+    try:
+        yield commit
+    finally:
+        _PENDING.reset(token)
+
+
+@contextlib.contextmanager
+def checks_only():
+    """Inside the block, a realisation that is not cached is neither generated nor written
+    (:func:`generate` with ``resample=False``): what ``--dry_run`` needs to check a run."""
+    token = _PENDING.set(_CHECKS_ONLY)
+    try:
+        yield
+    finally:
+        _PENDING.reset(token)
 
 
 def _write_cache(path: str, data: dict, meta: dict) -> None:
@@ -224,9 +281,16 @@ def realisation(
             f"{name} needs {sum(sizes)} images ({sizes[0]} train / {sizes[1]} validation / "
             f"{sizes[2]} test) but its source has {len(labels)}"
         )
+    pending = _PENDING.get()
+    if pending is _CHECKS_ONLY:
+        stand_in = generate(images, labels, r, sizes, scale_range, angles, resample=False)
+        return {**stand_in, "stand_in": True}
     logging.info("generating %s realisation %d into %s", name, r, path)
     data = generate(images, labels, r, sizes, scale_range, angles)
-    _write_cache(path, data, meta)
+    if pending is None:
+        _write_cache(path, data, meta)
+    else:
+        pending.append((path, data, meta))
     return data
 
 

@@ -11,6 +11,7 @@ a write that fails afterwards (a full disk) is one message, exit status 1, and l
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -21,6 +22,28 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message):
         print(f"invjax.export: error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
+
+
+def _outside_the_run(workdir: str, out: str) -> None:
+    """``--out`` inside the run's checkpoint folders would become a checkpoint step (or a
+    manifest's or a set-aside step's neighbour) of the run it exports: ValueError."""
+    from invjax import checkpoint
+
+    if not out or not out.strip() or "\0" in out:
+        return  # artifact.check_destination names these
+    target = os.path.realpath(out)
+    for sub in (
+        checkpoint.CHECKPOINT_SUBDIR,
+        checkpoint.MANIFEST_SUBDIR,
+        checkpoint.CORRUPT_SUBDIR,
+    ):
+        held = os.path.realpath(os.path.join(workdir, sub))
+        if os.path.commonpath([target, held]) == held:
+            raise ValueError(
+                f"--out={out} is inside the run's {sub}/ folder ({held}), which holds only what "
+                "the run's checkpoints are: give a directory outside it, e.g. "
+                f"--out={os.path.join(workdir, 'export')}"
+            )
 
 
 def main(argv=None) -> int:
@@ -42,6 +65,7 @@ def main(argv=None) -> int:
 
     platforms = tuple(s.strip() for s in args.platforms.split(",")) if args.platforms else None
     try:
+        _outside_the_run(args.workdir, args.out)
         artifact.check_destination(args.out)  # before the run is read or the model traced
         m = artifact.export_run(args.workdir, args.out, platforms)
     except ValueError as e:  # CheckpointError and DatasetNotPreparedError too

@@ -112,7 +112,7 @@ class ExportedRun:
             if not finite.all():
                 problem = f"{int((~finite).sum())} NaN/Inf values"
             elif float(x.min()) < lo or float(x.max()) > hi:
-                problem = f"values in [{float(x.min()):.4g}, {float(x.max()):.4g}]"
+                problem = f"values in [{x.min()}, {x.max()}]"  # shortest exact: no rounding
         if problem is not None:
             raise ValueError(
                 f"images do not fit the export {self.path}: it takes {self.contract()} (as "
@@ -137,7 +137,7 @@ class ExportedRun:
         try:
             with open(where, encoding="utf-8") as f:
                 manifest = parse_json(f.read())
-        except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError too
+        except (OSError, ValueError, RecursionError) as e:  # nested too deep: RecursionError
             raise ExportError(f"{where} is not readable JSON ({short_error(e)}); {again}") from None
         if not isinstance(manifest, dict):
             raise ExportError(f"{where} is a JSON {type(manifest).__name__}, not a manifest")

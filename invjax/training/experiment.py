@@ -23,9 +23,11 @@ from flax import traverse_util
 from invjax import checkpoint, models, parallel
 from invjax import data as data_lib
 from invjax import precision as P
+from invjax.data import fingerprint
 from invjax.layers.scale import describe_lowerings
 from invjax.logging_utils import banner
 from invjax.models.common import count_params
+from invjax.training import memory
 from invjax.training.optimizer import (
     count_trainable,
     is_int,
@@ -115,6 +117,7 @@ class Experiment:
     eval_precision: str = P.EXACT  # arithmetic of evaluation and of the certificate
     state_bytes: int = 0  # of one checkpoint's arrays (the start-up free-space check)
     variables: Any = None  # the model's abstract variables (ShapeDtypeStructs)
+    activation_bytes: int = 0  # one image's largest intermediate (training.memory)
 
 
 def _abstract(tree, sharding):
@@ -169,52 +172,20 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
             f"(--config.model.num_classes={ds.num_classes})"
         )
     model = models.build(config.model)
-    x = jax.ShapeDtypeStruct((2, *ds.image_shape), jnp.float32)
-    try:  # abstractly: shapes only, no compute
-        variables = jax.eval_shape(
-            functools.partial(init_variables, model, ds.image_shape), jax.random.PRNGKey(0)
-        )
-        logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
-    except ValueError as e:  # the model's own message about its config or input
-        if ds.name != data_lib.IMAGE_FOLDER:
-            raise
-        raise ValueError(f"{e} {_resize_hint(ds)}") from e
-    except Exception as e:  # noqa: BLE001 (shape errors surface as TypeError etc. deep in JAX)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        hint = f" {_resize_hint(ds)}" if ds.name == data_lib.IMAGE_FOLDER else ""
-        raise ValueError(
-            f"model {config.model.name!r} cannot take images of shape {x.shape} (dataset "
-            f"{ds.name!r}, [N, H, W, C]): {type(e).__name__}: {first}{hint}"
-        ) from e
-    if tuple(logits.shape) != (2, ds.num_classes):
-        raise ValueError(
-            f"model {config.model.name!r} maps images {(2, *ds.image_shape)} to logits of shape "
-            f"{tuple(logits.shape)}, expected {(2, ds.num_classes)}"
-        )
-    if tc.batch_size > len(ds.train):
-        raise ValueError(
-            f"train.batch_size={tc.batch_size} is larger than the training set: dataset "
-            f"{ds.name!r} has {len(ds.train)} training images (data.n_train={config.data.n_train}"
-            f", after the validation split): use train.batch_size <= {len(ds.train)}"
-        )
-    steps_per_epoch = -(-len(ds.train) // tc.batch_size)
-    if steps_per_epoch * tc.num_epochs > MAX_STEPS:
-        raise ValueError(
-            f"train.num_epochs={tc.num_epochs} is invalid: {tc.num_epochs} epochs of "
-            f"{steps_per_epoch} steps are {steps_per_epoch * tc.num_epochs:.3g} steps, more than "
-            f"the {MAX_STEPS:,} a run may take (invjax.training.experiment.MAX_STEPS): use at "
-            f"most {MAX_STEPS // steps_per_epoch} epochs"
-        )
+    variables, largest = _abstract_model(model, config.model.name, ds)
+    steps_per_epoch = _steps_per_epoch(tc, ds, config.data.n_train)
     tx = make_optimizer(tc, steps_per_epoch, variables["params"])
 
     sources = _load_sources(tc.init_from, variables) if load_sources else []
     make, trees = state_factory(model, tx, ds.image_shape, seed, bool(tc.select_best), sources)
     abstract_state = _abstract(jax.eval_shape(make, trees), parallel.replicated(mesh))
     check_resume_config(checkpoint.read_config(workdir), config, workdir)
+    if checkpoint.list_steps(workdir):  # a run to resume, or a finished one: on its own data
+        fingerprint.check(workdir, ds)
     restored = checkpoint.restore_latest(workdir, abstract_state)
     params = variables["params"]
     trainable = None if tc.trainable is None else tuple(tc.trainable)
-    return Experiment(
+    exp = Experiment(
         config=config,
         workdir=workdir,
         dataset=ds,
@@ -231,7 +202,66 @@ def prepare(config, workdir: str, load_sources: bool = True, dataset=None) -> Ex
         precision=precision,
         eval_precision=eval_precision,
         variables=variables,
+        activation_bytes=largest,
     )
+    memory.check(exp)  # data, state and one step's activations fit, before any compute
+    return exp
+
+
+def _steps_per_epoch(tc, ds, n_train) -> int:
+    """Steps of an epoch of ``train.batch_size`` on the training split; one ValueError where
+    the batch is larger than the split or the run longer than :data:`MAX_STEPS`."""
+    if tc.batch_size > len(ds.train):
+        raise ValueError(
+            f"train.batch_size={tc.batch_size} is larger than the training set: dataset "
+            f"{ds.name!r} has {len(ds.train)} training images (data.n_train={n_train}"
+            f", after the validation split): use train.batch_size <= {len(ds.train)}"
+        )
+    steps_per_epoch = -(-len(ds.train) // tc.batch_size)
+    if steps_per_epoch * tc.num_epochs > MAX_STEPS:
+        raise ValueError(
+            f"train.num_epochs={tc.num_epochs} is invalid: {tc.num_epochs} epochs of "
+            f"{steps_per_epoch} steps are {steps_per_epoch * tc.num_epochs:.3g} steps, more than "
+            f"the {MAX_STEPS:,} a run may take (invjax.training.experiment.MAX_STEPS): use at "
+            f"most {MAX_STEPS // steps_per_epoch} epochs"
+        )
+    return steps_per_epoch
+
+
+def _abstract_model(model, name: str, ds) -> tuple[Any, int]:
+    """``(the model's abstract variables, the bytes of its largest intermediate per image)``,
+    checked on a batch of two of the dataset's images abstractly (shapes only, no compute): one
+    ValueError naming the model and the image shape if it cannot take them or does not map them
+    to one logit per class."""
+    x = jax.ShapeDtypeStruct((2, *ds.image_shape), jnp.float32)
+    try:
+        variables = jax.eval_shape(
+            functools.partial(init_variables, model, ds.image_shape), jax.random.PRNGKey(0)
+        )
+        logits, captured = jax.eval_shape(  # with every intermediate: the memory estimate
+            lambda v, x: model.apply(
+                v, x, train=False, capture_intermediates=True, mutable=["intermediates"]
+            ),
+            variables,
+            x,
+        )
+    except ValueError as e:  # the model's own message about its config or input
+        if ds.name != data_lib.IMAGE_FOLDER:
+            raise
+        raise ValueError(f"{e} {_resize_hint(ds)}") from e
+    except Exception as e:  # noqa: BLE001 (shape errors surface as TypeError etc. deep in JAX)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        hint = f" {_resize_hint(ds)}" if ds.name == data_lib.IMAGE_FOLDER else ""
+        raise ValueError(
+            f"model {name!r} cannot take images of shape {x.shape} (dataset "
+            f"{ds.name!r}, [N, H, W, C]): {type(e).__name__}: {first}{hint}"
+        ) from e
+    if tuple(logits.shape) != (2, ds.num_classes):
+        raise ValueError(
+            f"model {name!r} maps images {(2, *ds.image_shape)} to logits of shape "
+            f"{tuple(logits.shape)}, expected {(2, ds.num_classes)}"
+        )
+    return variables, memory.activation_bytes(captured, x.shape[0])
 
 
 def _resize_hint(ds) -> str:

@@ -41,6 +41,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from invjax import checkpoint, parallel
+from invjax.data import fingerprint
 from invjax.training import loop as loop_lib
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
@@ -201,6 +202,8 @@ def _run(exps, strategy: str, request: StopRequest, primary: bool, say) -> list[
         for exp in exps:
             with open(os.path.join(exp.workdir, "config.json"), "w") as f:
                 f.write(exp.config.to_json_best_effort(indent=2) + "\n")
+            if exp.restored is None:  # as invjax.training.loop records a single run's
+                fingerprint.record(exp.workdir, exp.dataset)
     request.defer = True
     loops = []
     try:

@@ -51,6 +51,7 @@ from invjax import data as data_lib
 from invjax import precision as P
 from invjax import workdir as workdir_lib
 from invjax.contract import EpochHooks
+from invjax.data import fingerprint
 from invjax.logging_utils import METRICS_FILE, Reporter, hparams, read_records
 from invjax.training import signals
 from invjax.training.experiment import Experiment, config_text, describe, flat_config
@@ -520,6 +521,8 @@ def _run_loop(exp: Experiment, request: StopRequest, primary: bool) -> dict:
     if primary:
         with open(os.path.join(exp.workdir, "config.json"), "w") as f:
             f.write(exp.config.to_json_best_effort(indent=2) + "\n")
+        if exp.restored is None:  # the data this run trains on (checked when it is resumed)
+            fingerprint.record(exp.workdir, exp.dataset)
     request.defer = True
     try:
         if request.signum is not None:  # arrived while this run was being prepared

@@ -34,7 +34,7 @@ import jax
 
 from invjax import checkpoint
 from invjax import workdir as workdir_lib
-from invjax.training import lockstep
+from invjax.training import lockstep, memory
 from invjax.training import plan as plan_lib
 from invjax.training.experiment import with_sources
 from invjax.training.optimizer import is_int
@@ -153,8 +153,15 @@ def check(config, workdir: str) -> ManyPlan:
             f"--workdir={workdir} holds a single run's checkpoints: a run of several seeds "
             "writes DIR/seed_<k>/; choose a new --workdir"
         )
-    plans = [plan_lib.check(model_config(config, k), seed_workdir(workdir, k)) for k in seeds]
-    return ManyPlan(config, workdir, seeds, plans, lockstep.resolve(config.get("seeds_strategy")))
+    strategy = lockstep.resolve(config.get("seeds_strategy"))
+    first = plan_lib.check(model_config(config, seeds[0]), seed_workdir(workdir, seeds[0]))
+    for stage in first.stages:  # K models like the first fit, before the others are prepared
+        if stage.experiment is not None:
+            memory.check(stage.experiment, len(seeds), vmapped=strategy == "vmap")
+    plans = [first] + [
+        plan_lib.check(model_config(config, k), seed_workdir(workdir, k)) for k in seeds[1:]
+    ]
+    return ManyPlan(config, workdir, seeds, plans, strategy)
 
 
 def checkpoint_bytes(mplan: ManyPlan) -> int:

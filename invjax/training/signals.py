@@ -16,8 +16,13 @@ import threading
 from invjax import workdir as workdir_lib
 
 
-class Interrupted(Exception):
-    """SIGTERM or SIGINT arrived outside a training loop (nothing unsaved is lost)."""
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived outside a training loop (nothing unsaved is lost).
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: it is raised wherever the signal finds
+    the process, and the handlers that turn any ``Exception`` into a finding (a model that
+    cannot take the images, a checkpoint step that cannot be read) must not report a signal as
+    one."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)

@@ -328,10 +328,31 @@ def pack(runs_dir: str, archive: str, finished: Sequence[str] = ()) -> int:
     """Write ``archive`` (``.tar.gz``) of :func:`unfinished_files`; returns how many files.
     Unpacked into the run directory elsewhere (``tar xzf ARCHIVE -C RUNS_DIR``), the same
     ``run`` command resumes those runs."""
+    if os.path.lexists(archive) or not os.path.isdir(os.path.dirname(os.path.abspath(archive))):
+        raise ValueError(
+            f"archive {archive!r} is invalid: "
+            + (
+                "it exists (pack writes a new file and never replaces one, e.g. a run's "
+                "results.json): give a new name"
+                if os.path.lexists(archive)
+                else "its folder is not a directory"
+            )
+        )
     files = unfinished_files(runs_dir, finished)
-    with tarfile.open(archive, "w:gz") as tar:
-        for f in files:
-            tar.add(os.path.join(runs_dir, f), arcname=f)
+    tmp = f"{archive}.{os.getpid()}.tmp"
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            for f in files:
+                tar.add(os.path.join(runs_dir, f), arcname=f)
+        try:
+            os.link(tmp, archive)  # fails, replacing nothing, if the name was taken meanwhile
+        except FileExistsError:
+            raise ValueError(f"archive {archive!r} appeared while packing: not replaced") from None
+        except OSError:  # a file system without hard links
+            os.replace(tmp, archive)
+    finally:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
     return len(files)
 
 

