@@ -206,3 +206,48 @@ def test_a_family_with_its_own_seeds_is_planned_only_there():
     chosen = _all_chosen(s, second.FASHION)
     runs, _ = _main_runs(s, second.FASHION, ["b_scale"], [10, 11, 12], chosen)
     assert [r.overrides["seed"] for r in runs] == [12]
+
+
+def test_the_report_judges_family_b_on_its_own_realisations_and_holm():
+    """B5 with all ten realisations (10-19) in, `b_ii_ws_500` 1 point worse +- a little: tested,
+    Holm over the five (the four pending at p = 1, so its adjusted p is 5 x its p), a seed of
+    the first family's (0) and one past its own (20) ignored; B4 with 15 of 16 pending."""
+    from launch.studies import report
+
+    def row(family, seed, err):
+        return {"run": f"main/{second.DIGITS}/{family}/n500/seed_{seed}", "test_error": err,
+                "trained_on": ["CPU"], "params": 1, "convergence": {"converged": True}}  # fmt: skip
+
+    jitter = [0.3, -0.2, 0.1, 0.0, -0.3, 0.2, 0.1, -0.1, 0.25, -0.15]
+    errors = {
+        (second.DIGITS, "b_ii_ws_500", 500): {
+            s: row("b_ii_ws_500", s, 5.0 + 1.0 + j) for s, j in zip(range(10, 20), jitter)
+        }
+        | {0: row("b_ii_ws_500", 0, 90.0), 20: row("b_ii_ws_500", 20, 90.0)},
+        (second.DIGITS, "b_disco_500", 500): {
+            s: row("b_disco_500", s, 5.0) for s in [0, *range(10, 21)]
+        },
+        (second.DIGITS, "b_ii_ws_100", 100): {10: row("b_ii_ws_100", 10, 9.0)},
+    }
+    recs = {r["claim"]: r for r in report.later_claims(realimages.STUDY, errors, second.FAMILY)}
+    b5 = recs["B5"]
+    d = [1.0 + j for j in jitter]
+    assert b5["status"] == "tested" and b5["n"] == 10 and b5["realisations"] == 10
+    assert b5["diff_mean"] == pytest.approx(statistics.mean(d))
+    assert b5["p"] == pytest.approx(stats.paired_t_p(d))
+    assert b5["p_holm"] == pytest.approx(min(1.0, 5 * b5["p"]))
+    assert b5["verdict"] == "contradicted"
+    want = power.minimum_detectable_effect(statistics.stdev(d), 10, 0.05 / 5)
+    assert b5["mde"] == pytest.approx(want)
+    assert recs["B4"]["verdict"] == "pending: 0 of 16 realisations"
+    assert all(math.isnan(recs[c]["p_holm"]) for c in ("B1", "B2", "B3", "B4"))
+
+
+def test_the_committed_family_b_report_is_what_the_committed_record_gives(tmp_path, rows):
+    from launch.studies import report
+
+    report.write_report(realimages.STUDY, rows, str(tmp_path), figures=False)
+    here = os.path.join(ROOT, "docs", "results", "realimages")
+    for name in ("results.md", "claims_B.json"):
+        with open(os.path.join(here, name)) as f:
+            assert (tmp_path / name).read_text() == f.read(), name

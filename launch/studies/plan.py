@@ -161,6 +161,9 @@ class Study:
     # dataset -> family -> published (mean, std) %: only the datasets the paper's figures describe
     paper: dict = dataclasses.field(default_factory=dict)
     tune_validates_once: bool = False
+    # families of claims registered later, each judged apart (its own realisations and Holm):
+    # objects with ``name``, ``claims`` (as ``registered``'s) and ``seeds(claim_id)``
+    later_registered: tuple = ()
 
     def seeds_of(self, family: str) -> tuple[int, ...]:
         """The realisations of ``family``'s main runs."""

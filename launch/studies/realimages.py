@@ -524,6 +524,7 @@ def make_study(data_paths: dict | None = None):
         # the held-out 20 % of Fashion-MNIST's tuning split is 12,000 images: validating it
         # every tenth of a run is 30 % of a stream candidate's FLOPs, once 4 % (README)
         tune_validates_once=True,
+        later_registered=(realimages_second.FAMILY,),
     )
 
 

@@ -158,6 +158,19 @@ def seeds(claim_id: str) -> tuple[int, ...]:
     return tuple(range(FIRST_SEED, FIRST_SEED + REALISATIONS[claim_id]))
 
 
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """A family of claims registered apart from the study's first (``Study.later_registered``):
+    the report judges each claim on ``seeds(claim.id)`` with Holm over ``claims``."""
+
+    name: str
+    claims: tuple
+    seeds: object  # claim id -> its realisations
+
+
+FAMILY = Registered("B", CLAIMS, seeds)
+
+
 def _arm_seeds(arm: str) -> tuple[int, ...]:
     """An arm's realisations: those of every claim it serves (as A, B or one of B's streams)."""
     out: set[int] = set()

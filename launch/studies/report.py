@@ -484,6 +484,8 @@ def _num(x, fmt: str = "{:.2f}") -> str:
 
 
 def registered_markdown(recs: Sequence[dict], need: int) -> str:
+    """The claims' table; ``n`` out of ``need`` realisations, or a record's own
+    ``realisations`` (a later family's claims each have theirs)."""
     lines = [
         "| claim | dataset | N_t | A - B | n | diff (points) | 95% CI | A lower | t | p "
         "| sign-flip p | Holm p | verdict | sd of diff | MDE | params A / B "
@@ -501,7 +503,8 @@ def registered_markdown(recs: Sequence[dict], need: int) -> str:
         lower = f"{r['wins']}/{r['n']}" if r["n"] and math.isfinite(r["p"]) else "-"
         lines.append(
             f"| {r['claim']} | `{r['dataset']}` | {r['n_train']} | `{r['better']}` - {worse} "
-            f"| {r['n']}/{need} | {_num(r['diff_mean'], '{:+.2f}')} | {ci} | {lower} "
+            f"| {r['n']}/{r.get('realisations', need)} | {_num(r['diff_mean'], '{:+.2f}')} "
+            f"| {ci} | {lower} "
             f"| {_num(r['t'])} | {tables.p_text(r['p'])} | {tables.p_text(r['p_signflip'])} "
             f"| {tables.p_text(r['p_holm'])} | {v} "
             f"| {_num(r['diff_sd'])} | {_num(r['mde'])} | {params} "
@@ -562,13 +565,16 @@ def write_registered_report(
     ``rows`` alone."""
     seeds = tuple(seeds or study.seeds)
     need = len(seeds)
-    errors = plan.main_errors(study, rows, study.main_rule)
-    errors = {k: {s: r for s, r in v.items() if s in seeds} for k, v in errors.items()}
+    every = plan.main_errors(study, rows, study.main_rule)
+    errors = {k: {s: r for s, r in v.items() if s in seeds} for k, v in every.items()}
     errors = {k: v for k, v in errors.items() if v}
     recs = registered_claims(study, errors, need)
     explore = exploratory_claims(study, errors, need)
+    later = {f.name: later_claims(study, every, f) for f in study.later_registered}
     text = registered_section(study, rows, recs, seeds)
     text += exploratory_section(study, explore, need)
+    for fam in study.later_registered:
+        text += later_section(fam, later[fam.name])
     text += tuning_section(
         study,
         {r["run"]: r for r in rows},
@@ -585,7 +591,53 @@ def write_registered_report(
     if explore:
         doc = json.dumps(explore, indent=1)
         written.append(_write(os.path.join(out, "exploratory.json"), doc))
+    for name, later_recs in later.items():
+        doc = json.dumps(later_recs, indent=1)
+        written.append(_write(os.path.join(out, f"claims_{name}.json"), doc))
     return written
+
+
+def later_claims(study: Study, errors: dict, family) -> list[dict]:
+    """The claims of a family registered later (:attr:`Study.later_registered`): each on its
+    own realisations (``family.seeds(id)``, all of them needed), Holm over the family's claims
+    alone (a claim not yet tested counts at p = 1), the MDE at the family's first level."""
+    from launch.studies import power
+
+    first = power.holm_levels(len(family.claims), stats.ALPHA)[0]
+    recs = []
+    for c in family.claims:
+        mine = set(family.seeds(c.id))
+        errs = {k: {s: r for s, r in v.items() if s in mine} for k, v in errors.items()}
+        recs.append(_claim_record(study, errs, len(mine), c, first))
+    tested = [r["status"] == "tested" for r in recs]
+    adj = stats.holm([r["p"] if ok else 1.0 for r, ok in zip(recs, tested, strict=True)])
+    for r, ok, a in zip(recs, tested, adj, strict=True):
+        r["p_holm"] = a if ok else math.nan
+        r["verdict"] = stats.verdict(r["diff_mean"], a) if ok else r["status"]
+        r["realisations"] = len(family.seeds(r["claim"]))
+    return recs
+
+
+def later_section(family, recs: list[dict]) -> list[str]:
+    """``results.md``'s section of a family registered later."""
+    m = len(recs)
+    tested = sum(r["status"] == "tested" for r in recs)
+    spans = ", ".join(
+        f"{c.id} {min(family.seeds(c.id))}-{max(family.seeds(c.id))}" for c in family.claims
+    )
+    return [
+        f"## The registered family {family.name}",
+        "",
+        f"Registered before any of its runs, on its own realisations ({spans}); the same "
+        f"statistics as above, each claim over all its realisations, Holm over these {m} "
+        f"claims alone at alpha = {stats.ALPHA} (a claim not yet tested counts at p = 1); "
+        f"`MDE` at its first level alpha / {m}.",
+        "",
+        f"{tested} of {m} tested.",
+        "",
+        registered_markdown(recs, 0),
+        "",
+    ]
 
 
 def registered_section(
