@@ -239,7 +239,7 @@ def test_the_report_judges_family_b_on_its_own_realisations_and_holm():
     assert b5["verdict"] == "contradicted"
     want = power.minimum_detectable_effect(statistics.stdev(d), 10, 0.05 / 5)
     assert b5["mde"] == pytest.approx(want)
-    assert recs["B4"]["verdict"] == "pending: 0 of 16 realisations"
+    assert recs["B4"]["verdict"] == "pending: 0 of its 16 realisations (10-25)"
     assert all(math.isnan(recs[c]["p_holm"]) for c in ("B1", "B2", "B3", "B4"))
 
 

@@ -608,7 +608,11 @@ def later_claims(study: Study, errors: dict, family) -> list[dict]:
     for c in family.claims:
         mine = set(family.seeds(c.id))
         errs = {k: {s: r for s, r in v.items() if s in mine} for k, v in errors.items()}
-        recs.append(_claim_record(study, errs, len(mine), c, first))
+        rec = _claim_record(study, errs, len(mine), c, first)
+        if rec["status"].startswith("pending: ") and "realisations" in rec["status"]:
+            span = f"{min(mine)}-{max(mine)}"
+            rec["status"] = f"pending: {rec['n']} of its {len(mine)} realisations ({span})"
+        recs.append(rec)
     tested = [r["status"] == "tested" for r in recs]
     adj = stats.holm([r["p"] if ok else 1.0 for r, ok in zip(recs, tested, strict=True)])
     for r, ok, a in zip(recs, tested, adj, strict=True):
