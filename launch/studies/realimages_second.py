@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from launch.studies import power, stats
 from launch.studies.plan import Family, Rule
@@ -165,7 +165,7 @@ class Registered:
 
     name: str
     claims: tuple
-    seeds: object  # claim id -> its realisations
+    seeds: Callable[[str], tuple[int, ...]]  # claim id -> its realisations
 
 
 FAMILY = Registered("B", CLAIMS, seeds)
