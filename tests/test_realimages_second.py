@@ -251,3 +251,12 @@ def test_the_committed_family_b_report_is_what_the_committed_record_gives(tmp_pa
     for name in ("results.md", "claims_B.json"):
         with open(os.path.join(here, name)) as f:
             assert (tmp_path / name).read_text() == f.read(), name
+
+
+def test_the_readme_holds_what_power_second_prints(rows):
+    """The plan's numbers in the study README are the command's, from the committed record."""
+    with open(os.path.join(ROOT, "docs", "results", "realimages", "README.md")) as f:
+        text = f.read()
+    table = second.power_markdown(second.power_rows(rows))
+    budget = second.budget_markdown(second.budget_rows(rows))
+    assert table in text and budget in text
