@@ -281,7 +281,7 @@ def build(
         here = [r for r in runs if r.point == p]
         here = [r for r in here if not r.multi] + [r for r in here if r.multi]
         if share:
-            _share_streams(here, plan)
+            share_streams(here, plan)
         ordered += here
     return ordered
 
@@ -290,7 +290,7 @@ def _key(config) -> str:
     return config.to_json_best_effort(sort_keys=True)
 
 
-def _share_streams(runs: list[Run], plan) -> None:
+def share_streams(runs: list[Run], plan) -> None:
     """Point multi-stream runs' phase 1 at identical runs of the same point (see the docstring)."""
     owners: dict[str, str] = {}
     for run in runs:
@@ -382,7 +382,7 @@ def finished(run: Run) -> bool:
             if plan.phases_of(c) == "two_phase":  # the head's config is what DIR stores
                 c = plan.head_config(c, d)
             elif c.model.get("num_classes") is None:  # stored as the run resolved it
-                c.model.num_classes = plan._num_classes(c)
+                c.model.num_classes = plan.num_classes_of(c)
             try:
                 check_resume_config(stored, c, d)
             except ValueError as e:

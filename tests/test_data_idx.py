@@ -4,6 +4,7 @@ scaled and rotated-and-scaled variants with their protocols, and (where Debian's
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
@@ -331,3 +332,46 @@ def test_the_device_check_of_a_realisation_compares_every_split(tmp_path, capsys
     assert mod.compare(a, b) == {
         "pixels": 180 * 28 * 28, "differ": 1, "max_levels": 2, "images_differ": 1
     }  # fmt: skip
+
+
+def _digest(ds) -> str:
+    h = hashlib.sha256()
+    for s in (ds.train, ds.val, ds.test):
+        h.update(np.ascontiguousarray(s.images).tobytes())
+        h.update(np.asarray(s.labels).tobytes())
+    return h.hexdigest()[:16]
+
+
+def test_realisations_from_ten_on_are_new_draws_and_zero_to_nine_are_unchanged(
+    tmp_path, monkeypatch
+):
+    """Nothing but the cache's int64 limits a realisation: 10 and 10**12 load like 0..9 (each
+    its own split), 0 and 9 are bit-identical to what the code drew when it stopped at 9 (the
+    digests were computed then), and a realisation outside 0..2**63 - 1 is refused, before any
+    loading, by an error that names that limit."""
+    monkeypatch.setattr(scaled_mnist, "SIZES", (60, 20, 100))
+    _write(str(tmp_path / "src"), 150, 50, seed=1)
+
+    def load(r):
+        c = cfg(
+            name="rotscaled_fashion_mnist",
+            path=str(tmp_path / "src"),
+            data_dir=str(tmp_path / "c"),
+            realisation=r,
+        )
+        return data.load(c)
+
+    got = {r: load(r) for r in (0, 9, 10, 10**12)}
+    assert _digest(got[0]) == "8b1ee652b9e99a84"
+    assert _digest(got[9]) == "61038da2dcf3ab32"
+    assert len({_digest(d) for d in got.values()}) == 4
+    assert (len(got[10].train), len(got[10].val), len(got[10].test)) == (60, 20, 100)
+    assert _digest(load(10)) == _digest(got[10])  # from the cache, the same draw
+    limit = r"integer from 0 to 2\*\*63 - 1 .* int64"
+    for bad in (-1, 2**63):
+        with pytest.raises(ValueError, match=limit):
+            load(bad)
+    for bad in (True, 1.5, "3", None):
+        with pytest.raises(ValueError, match=limit):
+            scaled_mnist.check_realisation(bad)
+    assert scaled_mnist.check_realisation(np.int64(12)) == 12

@@ -702,7 +702,7 @@ def test_report_counts_the_rules_runs_and_keeps_the_first_rules_apart(tmp_path):
 )
 def test_a_p_value_near_the_level_keeps_the_digit_that_decides_it(p, shown):
     """A Holm p of 0.0499 is supported; at two digits it would print as 0.05 and read as not."""
-    assert tables._p(p) == shown
+    assert tables.p_text(p) == shown
 
 
 def test_verdicts_at_a_glance_give_every_claim_at_every_n_t_once():

@@ -201,7 +201,7 @@ DEFAULTS: dict = {
     "name": "scaled_digits",
     "n_train": 0,  # N_t: training-set size (0 = the whole training split)
     "seed": 0,  # which N_t samples (the same for every model given seed and N_t)
-    "realisation": 0,  # realisation of a scaled dataset (0..9; the paper's Table 2: 0..5)
+    "realisation": 0,  # realisation of a scaled dataset (any int >= 0; the paper's Table 2: 0..5)
     "val_fraction": 0.2,  # validation share where the dataset defines none (the paper's 80:20)
     # 'predefined' (the dataset's validation split, if any) or 'train' (val_fraction of the
     # training split even where one is predefined: the digits study's 80:20 HP search)

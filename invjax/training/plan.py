@@ -252,7 +252,7 @@ def _copy(section):
     return section.copy_and_resolve_references() if hasattr(section, "unlocked") else section
 
 
-def _num_classes(config) -> int | None:
+def num_classes_of(config) -> int | None:
     """The model's ``num_classes`` or, if unset, the dataset's (known without loading it)."""
     n = config.model.get("num_classes")
     if n is None and config.data.get("name") in data_lib.DATASETS:
@@ -365,7 +365,7 @@ def stream_config(config, name: str) -> ml_collections.ConfigDict:
             model.width_divisor = float(config.model.width_divisor)
         # The stream's classifier has the whole network's classes (a config written for a
         # 10-class dataset, run on an image folder with --config.model.num_classes=K).
-        model.num_classes = _num_classes(config)
+        model.num_classes = num_classes_of(config)
     c.model = model
     c.train = _copy(config.phase1[name].train)
     with c.train.unlocked():
@@ -385,7 +385,7 @@ def head_config(config, workdir: str) -> ml_collections.ConfigDict:
             (stream_workdir(config, workdir, s), "", s) for s in stream_names(config)
         )
         if c.model.get("num_classes") is None:
-            c.model.num_classes = _num_classes(config)
+            c.model.num_classes = num_classes_of(config)
         if c.model.get("head") == "concat":  # concatenation has no parameters to train
             c.train.trainable = tuple(p for p in c.train.trainable if p.strip("/") != "head")
     return c

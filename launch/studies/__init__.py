@@ -8,7 +8,12 @@ One module per idea: :mod:`~launch.studies.plan` (a study's design and the runs 
 record alone), :mod:`~launch.studies.svm` (the RBF-SVM anchor), :mod:`~launch.studies.pilot`
 (a training-length rule's pilot); a study's own definition in its module, e.g.
 :mod:`~launch.studies.digits` and :mod:`~launch.studies.realimages` (with
-:mod:`~launch.studies.power`, what its plan can detect, and
-:mod:`~launch.studies.realimages_cost`, what its runs cost). The command: ``python -m
-launch.studies digits --help``, ``python -m launch.studies realimages --help``.
+:mod:`~launch.studies.power`, what its plan can detect,
+:mod:`~launch.studies.realimages_second`, its second registered family,
+:mod:`~launch.studies.realimages_cost`, what its runs cost, and
+:mod:`~launch.studies.realimages_commands`, its own ``power`` and ``flops`` commands). The
+imports point one way: a study's commands module imports its design and cost modules, the cost
+module the design, the design the machinery (``plan``, ``power``, ``stats``); nothing is built
+at import (``realimages.STUDY`` on first use). The command: ``python -m launch.studies digits
+--help``, ``python -m launch.studies realimages --help``.
 """

@@ -113,7 +113,7 @@ def parser(study, module=None) -> _Parser:
         p.add_argument("--datasets", default=",".join(study.datasets))
         p.add_argument("--families", default=",".join(study.families))
         p.add_argument("--sizes", default=",".join(map(str, study.sizes)), help="0 = all")
-        p.add_argument("--seeds", default=",".join(map(str, study.seeds)), help="realisations")
+        p.add_argument("--seeds", default=",".join(map(str, study.all_seeds)), help="realisations")
         p.add_argument("--runs_dir", default=f"runs/{name}")
         p.add_argument("--record", default=record)
         _rule_options(p, study)
@@ -249,8 +249,19 @@ def options(study, args):
 
 
 def _seeds(study, text: str) -> tuple[int, ...]:
-    top = max(study.seeds)
-    return _ints(text, "--seeds", lambda s: 0 <= s <= top, f"give realisations 0..{top}")
+    valid = study.all_seeds
+    return _ints(text, "--seeds", lambda s: s in valid, f"give realisations {_ranges(valid)}")
+
+
+def _ranges(values: Sequence[int]) -> str:
+    """``0..9, 10..21``-style text of sorted integers."""
+    out, start = [], None
+    for i, v in enumerate(values):
+        start = v if start is None else start
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            out.append(f"{start}..{v}" if v > start else f"{v}")
+            start = None
+    return ", ".join(out)
 
 
 def _rule(args, study):
@@ -264,6 +275,15 @@ def _rule(args, study):
     if args.width_divisor < 1:
         raise ValueError(f"--width_divisor={args.width_divisor} is invalid: it must be >= 1")
     return Rule(args.min_steps, args.min_epochs, args.batch_size, args.width_divisor)
+
+
+def commands_module(name: str):
+    """A study's own subcommands, ``launch.studies.<name>_commands`` (``COMMANDS``,
+    ``add_commands`` and ``command``), or None."""
+    import importlib.util
+
+    module = f"launch.studies.{name}_commands"
+    return importlib.import_module(module) if importlib.util.find_spec(module) else None
 
 
 def _with_data_paths(study, module, text: str):
@@ -339,12 +359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module = importlib.import_module(f"launch.studies.{argv[0]}")
     study = module.STUDY
-    args = parser(study, module).parse_args(argv[1:])
+    own = commands_module(argv[0])
+    args = parser(study, own).parse_args(argv[1:])
     from launch.studies import record, run
 
-    if args.command in getattr(module, "COMMANDS", ()):
+    if own is not None and args.command in own.COMMANDS:
         try:
-            return module.command(args)
+            return own.command(args)
         except ValueError as e:  # refused before any work
             print(f"invjax: error: {e}", file=sys.stderr)
             return 2

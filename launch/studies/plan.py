@@ -78,7 +78,10 @@ class Family:
     rule, and the command line's rule options, do not apply to it). ``variants``: dataset ->
     the config's argument on that dataset (``configs/STEM.py:ARG``). ``points``: the
     ``(dataset, N_t)`` of its main runs (None: every N_t the study plans on each of its
-    datasets).
+    datasets). ``seeds``: the realisations of its main runs (None: the study's). A family may
+    tune on its own grid (``lr_values`` x ``weight_decays``; empty: the study's) at its own
+    ``tune_n_train`` images (None: the study's), and ``extend_edges`` times extend the grid's
+    learning rates past an edge where the choice lies (:func:`candidates`).
     """
 
     stem: str | None
@@ -91,6 +94,11 @@ class Family:
     rule: Rule | None = None
     variants: dict = dataclasses.field(default_factory=dict)
     points: tuple[tuple[str, int], ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    lr_values: tuple[float, ...] = ()
+    weight_decays: tuple[float, ...] = ()
+    tune_n_train: int | None = None
+    extend_edges: int = 0
 
     def config(self, dataset: str) -> str | None:
         """The config of its runs on ``dataset``: ``stem`` or ``stem:ARG``."""
@@ -153,6 +161,18 @@ class Study:
     # dataset -> family -> published (mean, std) %: only the datasets the paper's figures describe
     paper: dict = dataclasses.field(default_factory=dict)
     tune_validates_once: bool = False
+    # families of claims registered later, each judged apart (its own realisations and Holm):
+    # objects with ``name``, ``claims`` (as ``registered``'s) and ``seeds(claim_id)``
+    later_registered: tuple = ()
+
+    def seeds_of(self, family: str) -> tuple[int, ...]:
+        """The realisations of ``family``'s main runs."""
+        return self.families[family].seeds or self.seeds
+
+    @property
+    def all_seeds(self) -> tuple[int, ...]:
+        """Every realisation some family's main runs use, in order."""
+        return tuple(sorted({s for f in self.families for s in self.seeds_of(f)}))
 
     @property
     def n_tune(self) -> int:
@@ -300,23 +320,71 @@ def _fmt_num(x: float) -> str:
     return f"{x:.3g}"
 
 
-def candidates(study: Study, family: str) -> list[tuple[str, dict]]:
-    """The tuning candidates ``[(label, HPs)]`` of a family that tunes (the same six for all):
-    ``study.lr_values``, else ``study.lr_factors`` x the config's learning rate, each with every
-    weight decay of ``study.weight_decays``."""
+def n_tune_of(study: Study, family: str) -> int:
+    """The training images of ``family``'s tuning runs (its own or the study's)."""
+    own = study.families[family].tune_n_train
+    return study.n_tune if own is None else own
+
+
+def _grid(study: Study, family: str) -> tuple[list[float], list[float]]:
+    """The base grid's learning rates and weight decays of a family that tunes."""
+    fam = study.families[family]
+    wds = list(fam.weight_decays or study.weight_decays)
+    if fam.lr_values or study.lr_values:
+        return [float(_fmt_num(v)) for v in fam.lr_values or study.lr_values], wds
+    base = sweep.load_config(fam.stem, fam.overrides).train.learning_rate
+    return [float(_fmt_num(base * f)) for f in study.lr_factors], wds
+
+
+def _label(lr: float, wd: float) -> str:
+    return f"lr{_fmt_num(lr)}_wd{wd:.0e}"
+
+
+def _extended(lrs: list[float], wds: list[float], results: dict, times: int) -> list[float]:
+    """``lrs`` extended past an edge where the choice lies, up to ``times`` steps: the next
+    learning rate is ten times the one before the edge (1e-3, 3e-3, 1e-2, 3e-2 -> 0.1 -> 0.3;
+    downwards a tenth of the one after it, -> 3e-4), each step only once every candidate so
+    far has a row in ``results`` (label -> row), the choice by :func:`_best`."""
+    lrs = sorted(lrs)
+    for _ in range(times):
+        cands = [(_label(lr, wd), lr) for lr in lrs for wd in wds]
+        if len(lrs) < 2 or any(label not in results for label, _ in cands):
+            break
+        chosen = cands[_best([results[label] for label, _ in cands])][1]
+        if chosen == lrs[-1]:
+            lrs.append(float(_fmt_num(lrs[-2] * 10)))
+        elif chosen == lrs[0]:
+            lrs.insert(0, float(_fmt_num(lrs[1] / 10)))
+        else:
+            break
+    return lrs
+
+
+def _best(rows: Sequence[dict]) -> int:
+    """The index of the winning tuning row: lowest held-out error of the last epoch; ties:
+    lower held-out loss (the SVM has none), then the earlier one."""
+
+    def key(i: int):
+        loss = rows[i].get("val_loss")
+        return (rows[i]["val_error"], loss if isinstance(loss, int | float) else 0.0, i)
+
+    return min(range(len(rows)), key=key)
+
+
+def candidates(study: Study, family: str, results: dict | None = None) -> list[tuple[str, dict]]:
+    """The tuning candidates ``[(label, HPs)]`` of a family that tunes: its grid
+    (:attr:`Family.lr_values` x :attr:`Family.weight_decays`), else the study's
+    (``study.lr_values``, else ``study.lr_factors`` x the config's learning rate, each with
+    every weight decay of ``study.weight_decays``). With :attr:`Family.extend_edges` and the
+    finished candidates' rows (``results``: label -> row), a grid whose choice lies on its
+    largest or smallest learning rate gains the next one past that edge (:func:`_extended`)."""
     fam = study.families[family]
     if fam.stem is None:
         return [(f"C{c:g}_g{g:g}", {"svm_C": c, "svm_gamma": g}) for c, g in study.svm_grid]
-    if study.lr_values:
-        lrs = [float(_fmt_num(v)) for v in study.lr_values]
-    else:
-        base = sweep.load_config(fam.stem, fam.overrides).train.learning_rate
-        lrs = [float(_fmt_num(base * f)) for f in study.lr_factors]
-    out = []
-    for lr in lrs:
-        for wd in study.weight_decays:
-            out.append((f"lr{_fmt_num(lr)}_wd{wd:.0e}", {"learning_rate": lr, "weight_decay": wd}))
-    return out
+    lrs, wds = _grid(study, family)
+    if fam.extend_edges:
+        lrs = _extended(lrs, wds, results or {}, fam.extend_edges)
+    return [(_label(lr, wd), {"learning_rate": lr, "weight_decay": wd}) for lr in lrs for wd in wds]
 
 
 def data_overrides(study: Study, dataset: str, n_train: int, seed: int, tune: bool) -> dict:
@@ -355,7 +423,7 @@ def network_overrides(
     is not tuned (``tune='none'``) with its config's hyperparameters.
     """
     fam = study.families[family]
-    n_eff = study.n_tune if tune else n_train
+    n_eff = n_tune_of(study, family) if tune else n_train
     n_all = study.n_all_of(dataset)
 
     def rule_of(f: Family) -> Rule:
@@ -418,31 +486,22 @@ def make_run(study: Study, family: str, workdir: str, ov: dict, point: tuple) ->
 
 
 def tuning_results(study: Study, rows: dict, dataset: str, family: str) -> dict[str, dict]:
-    """label -> row of the family's finished tuning runs (``rows``: run path -> row)."""
-    out = {}
-    for label, _ in candidates(study, family):
-        r = rows.get(f"tune/{dataset}/{family}/{label}")
-        if r is not None:
-            out[label] = r
-    return out
+    """label -> row of the family's finished tuning runs (``rows``: run path -> row), its
+    candidates' rows only (an extended grid's included once planned)."""
+    prefix = f"tune/{dataset}/{family}/"
+    mine = {k[len(prefix) :]: r for k, r in rows.items() if k.startswith(prefix)}
+    return {label: mine[label] for label, _ in candidates(study, family, mine) if label in mine}
 
 
 def choose(study: Study, results: dict[str, dict], family: str) -> dict | None:
-    """The winning candidate once all of the family's candidates finished, else None.
-
-    Lowest held-out error of the last epoch; ties: lower held-out loss (the SVM has none), then
-    the earlier candidate in :func:`candidates`."""
-    cands = candidates(study, family)
+    """The winning candidate once all of the family's candidates finished (an extended grid's
+    too), else None: lowest held-out error of the last epoch; ties: lower held-out loss (the
+    SVM has none), then the earlier candidate in :func:`candidates`."""
+    cands = candidates(study, family, results)
     if any(label not in results for label, _ in cands):
         return None
-
-    def key(item):
-        i, (label, _) = item
-        r = results[label]
-        loss = r.get("val_loss")
-        return (r["val_error"], loss if isinstance(loss, int | float) else 0.0, i)
-
-    i, (label, hp) = min(enumerate(cands), key=key)
+    i = _best([results[label] for label, _ in cands])
+    label, hp = cands[i]
     return {"label": label, "hps": hp, "val_error": results[label]["val_error"]}
 
 
@@ -483,15 +542,28 @@ def main_errors(
 # ----------------------------------------------------------------------------- planning
 
 
+def _tune_n(study: Study, family: str) -> int:
+    """``data.n_train`` of ``family``'s tuning runs (0: all of the 80 %)."""
+    own = study.families[family].tune_n_train
+    return study.tune_n_train if own is None else own
+
+
 def plan_tune(
-    study: Study, runs_dir: str, dataset: str, families: Sequence[str], rule: Rule, chosen: dict
+    study: Study,
+    runs_dir: str,
+    dataset: str,
+    families: Sequence[str],
+    rule: Rule,
+    chosen: dict,
+    rows: dict | None = None,
 ):
     """The tuning runs of one dataset: ``(network runs, SVM fits, families waiting)``.
 
     Single-stream families with ``tune='own'`` first (cheap ones first, the order of
     ``families``); the heads of ``tune='head'`` families only once their streams' families
     have a choice in ``chosen`` (else they wait: listed in the third item), on those chosen
-    runs (shared phase 1).
+    runs (shared phase 1). ``rows`` (run path -> row): the record, which extends a grid whose
+    choice lies on its edge (:attr:`Family.extend_edges`).
     """
     from invjax.training import plan
 
@@ -509,15 +581,16 @@ def plan_tune(
             for _, f in fam.streams:
                 label = chosen[f]["label"]
                 ov = network_overrides(
-                    study, f, dataset, study.tune_n_train, 0, {f: chosen[f]["hps"]}, rule, True
+                    study, f, dataset, _tune_n(study, f), 0, {f: chosen[f]["hps"]}, rule, True
                 )
                 wd = os.path.join(runs_dir, "tune", dataset, f, label)
                 run = make_run(study, f, wd, ov, (dataset,))
                 if all(r.workdir != run.workdir for r in point):
                     point.append(run)
-        for label, hp in candidates(study, family):
+        done = tuning_results(study, rows or {}, dataset, family)
+        for label, hp in candidates(study, family, done):
             workdir = os.path.join(base, label)
-            n_tune = study.tune_n_train
+            n_tune = _tune_n(study, family)
             if fam.stem is None:
                 data = data_overrides(study, dataset, n_tune, 0, True)
                 svm.append(data | hp | {"workdir": workdir})
@@ -526,7 +599,7 @@ def plan_tune(
             ov = network_overrides(study, family, dataset, n_tune, 0, hps, rule, True)
             point.append(make_run(study, family, workdir, ov, (dataset, family)))
         if fam.tune == "head":
-            sweep._share_streams(point, plan)
+            sweep.share_streams(point, plan)
             point = [r for r in point if r.multi]  # the stream runs are the families' own
         runs += point
     return runs, svm, waiting
@@ -545,7 +618,7 @@ def plan_main(
     """The main runs of one dataset: ``(network runs, SVM fits, families without HPs)``.
 
     Ordered by N_t, then seed; within one point the single-stream runs first so that the
-    multi-stream runs reuse them as phase 1 (:func:`launch.sweep._share_streams`): a two-phase
+    multi-stream runs reuse them as phase 1 (:func:`launch.sweep.share_streams`): a two-phase
     family brings its stream families along, whether ``families`` names them or not. A family
     (or a stream of it) whose tuning is not finished is left out and named.
     """
@@ -575,6 +648,8 @@ def plan_main(
                 only = study.families[family].points
                 if only is not None and (dataset, n) not in only:
                     continue
+                if seed not in study.seeds_of(family):
+                    continue
                 label = family_label(study, family, n, rule)
                 workdir = os.path.join(runs_dir, "main", dataset, family, label, f"seed_{seed}")
                 if study.families[family].stem is None:
@@ -584,7 +659,7 @@ def plan_main(
                 ov = network_overrides(study, family, dataset, n, seed, hps, rule, False)
                 point.append(make_run(study, family, workdir, ov, (dataset, n, seed)))
             point = [r for r in point if not r.multi] + [r for r in point if r.multi]
-            sweep._share_streams(point, plan)
+            sweep.share_streams(point, plan)
             runs += point
     return runs, svm, missing
 

@@ -1,14 +1,16 @@
 """The real-image study: its plan, fixed before its main runs, what that plan can detect, and
-the :data:`STUDY` that ``python -m launch.studies realimages`` plans, runs and reports.
+the ``STUDY`` that ``python -m launch.studies realimages`` plans, runs and reports (built on
+first use by :func:`make_study`).
 
     python -m launch.studies realimages power             # claims and power as Markdown
     python -m launch.studies realimages power --json      # the same plan as JSON
+    python -m launch.studies realimages power --second    # the second family's plan
     python -m launch.studies realimages flops --out docs/results/realimages/flops.json
     python -m launch.studies realimages power --flops docs/results/realimages/flops.json \
         --cpu-gflops 20 --gpu-tflops 10                  # and the budget of every claim
     python -m launch.studies realimages plan|run|status|report   # the runs and the report
 
-Two families of pre-registered claims, judged on real images (docs/results/realimages/README.md):
+The first registered family's claims are of two kinds (docs/results/realimages/README.md):
 
 * **T** — the paper's Table 2 and Figure 2 networks (CNN, SES-CNN, DISCO with mixed pooling,
   II-DISCO WS, II-DISCO monomials; ``configs/mnist_*.py``) on Scaled-MNIST built from 10,000 real
@@ -19,19 +21,22 @@ Two families of pre-registered claims, judged on real images (docs/results/reali
   to the four rotations).
 
 Every claim is one two-sided paired t-test over :data:`REALISATIONS` realisations; Holm's
-correction over the whole family of :data:`CLAIMS` at :data:`ALPHA`. This module only states the
-design and evaluates its power (its cost model is :mod:`launch.studies.realimages_cost`); the
-runs and the report use the study machinery of ``launch.studies``.
+correction over the whole family of :data:`CLAIMS` at :data:`ALPHA`. The second registered
+family (B, realisations 10 and up, its own Holm correction) is
+:mod:`launch.studies.realimages_second`'s; its arms join this study's families. This module
+states the design and evaluates its power; the cost model is
+:mod:`launch.studies.realimages_cost`'s, the ``power`` and ``flops`` commands
+:mod:`launch.studies.realimages_commands`'s; the runs and the report use the study machinery of
+``launch.studies``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import math
-import os
 
-from launch.studies import power
+from launch.studies import power, realimages_second
 
 ALPHA = 0.05
 REALISATIONS = 10  # paired realisations per arm and N_t: split, subset and seed shared by arms
@@ -378,31 +383,6 @@ def arms_of(claim: Claim) -> tuple[str, ...]:
     return tuple(dict.fromkeys(need))
 
 
-def _markdown(rows: list[dict], realisations: int) -> str:
-    m = len(CLAIMS)
-    out = [
-        f"{m} claims, {realisations} realisations each, two-sided paired t-tests, Holm at "
-        f"alpha = {ALPHA} (first level {ALPHA / m:.5f}). Minimum detectable effect (MDE) at power "
-        f"{POWER}, in percentage points of test error:",
-        "",
-        "| claim | dataset | N_t | comparison | sd floor | sd assumed | MDE, Holm first | "
-        "MDE, Holm last |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        out.append(
-            f"| {r['claim']} | {r['dataset']} | {r['n_train']} | {r['comparison']} "
-            f"| {r['sd_floor']:.2f} | {r['sd_assumed']:.2f} | {r['mde_first']:.2f} "
-            f"| {r['mde_last']:.2f} |"
-        )
-    out += ["", "MDE / sd_d for other numbers of realisations (Holm first level, last level):", ""]
-    for r in (6, 10, 16, 20):
-        lo = power.minimum_detectable_effect(1.0, r, ALPHA / m, POWER)
-        hi = power.minimum_detectable_effect(1.0, r, ALPHA, POWER)
-        out.append(f"- R = {r}: {lo:.2f} sd_d, {hi:.2f} sd_d")
-    return "\n".join(out)
-
-
 # ----------------------------------------------------------------------------- the study
 
 T_DATASETS = ("scaled_mnist_10k", "scaled_fashion_mnist")
@@ -487,7 +467,8 @@ def _families() -> dict:
                 variants=rot,
                 points=a.points,
             )
-    return out
+    # the second registered family (B), on realisations 10 and up
+    return out | realimages_second.families(m, t)
 
 
 # The paper's Table 2 (MNIST-scale, full training set, mean +- std over six realisations, %),
@@ -543,87 +524,18 @@ def make_study(data_paths: dict | None = None):
         # the held-out 20 % of Fashion-MNIST's tuning split is 12,000 images: validating it
         # every tenth of a run is 30 % of a stream candidate's FLOPs, once 4 % (README)
         tune_validates_once=True,
+        later_registered=(realimages_second.FAMILY,),
     )
 
 
-STUDY = make_study()
-
-# ----------------------------------------------------------------------------- the commands
-
-COMMANDS = ("power", "flops")
-
-
-def add_commands(sub) -> None:
-    """The study command's ``power`` and ``flops`` subcommands."""
-    p = sub.add_parser("power", help="print the claims, their power and the budget")
-    p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    p.add_argument(
-        "--realisations",
-        type=int,
-        default=REALISATIONS,
-        help="pairs per claim (default %(default)s)",
-    )
-    p.add_argument("--flops", help="a JSON of GFLOP per image (the flops command): add the budget")
-    p.add_argument("--cpu-gflops", type=float, default=20.0, help="CPU rate for the budget")
-    p.add_argument("--gpu-tflops", type=float, default=10.0, help="GPU rate for the budget")
-    f = sub.add_parser("flops", help="measure GFLOP per image of every arm's network")
-    f.add_argument("--out", required=True, help="JSON file to write")
-    f.add_argument("--time-steps", type=int, default=0, help="also time this many train steps")
-    f.add_argument("--batch", type=int, default=32, help="batch of the timed steps")
+def __getattr__(name: str):
+    """``STUDY``: :func:`make_study` with the default data paths, built on first use (it reads
+    the exploratory arms' recipes from their configs), not at import."""
+    if name == "STUDY":
+        return _default_study()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def command(args) -> int:
-    """Run ``power`` or ``flops``; ValueError (before any work) names a bad value."""
-    from launch.studies import realimages_cost as cost
-
-    if args.command == "flops":
-        if args.time_steps < 0 or args.batch < 1:
-            raise ValueError(
-                f"--time-steps={args.time_steps} / --batch={args.batch} is invalid: "
-                "need >= 0 / >= 1"
-            )
-        where = os.path.dirname(os.path.abspath(args.out))
-        if not os.path.isdir(where):
-            raise ValueError(f"--out={args.out} is invalid: no directory {where}")
-        try:
-            result = cost.measure_flops(cost.flops_keys(), args.time_steps, args.batch)
-        except ValueError as e:  # while measuring: a failure, not a refusal
-            raise RuntimeError(str(e)) from e
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-        return 0
-    if args.realisations < 2:
-        raise ValueError(f"--realisations={args.realisations} is invalid: a paired test needs >= 2")
-    for name in ("cpu_gflops", "gpu_tflops"):
-        v = getattr(args, name)
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"--{name.replace('_', '-')}={v} is invalid: expected a rate > 0")
-    budget = None
-    if args.flops:
-        try:
-            with open(args.flops) as fh:
-                flops = json.load(fh)
-        except (OSError, ValueError) as e:
-            raise ValueError(
-                f"--flops={args.flops} is invalid: cannot read a JSON of GFLOP per image ({e})"
-            ) from None
-        missing = sorted(set(cost.flops_keys()) - set(flops))
-        if missing:
-            raise ValueError(
-                f"--flops={args.flops} is invalid: it lacks the networks {missing} (the flops "
-                "command measures them all)"
-            )
-        budget = cost.budget_rows(flops, args.cpu_gflops, args.gpu_tflops)
-    rows = power_rows(args.realisations)
-    if args.json:
-        doc = {"alpha": ALPHA, "realisations": args.realisations, "claims": rows}
-        if budget is not None:
-            doc["budget"] = budget
-        print(json.dumps(doc))
-    else:
-        print(_markdown(rows, args.realisations))
-        if budget is not None:
-            print()
-            print(cost.budget_markdown(budget, args.cpu_gflops, args.gpu_tflops))
-    return 0
+@functools.cache
+def _default_study():
+    return make_study()

@@ -114,7 +114,7 @@ def sensitivity_markdown(study: Study, claims: list[dict], family: str, other: s
     the verdicts that no later landing can turn."""
     if not claims:
         return []
-    _p = tables._p  # p-values as the claims tables print them
+    _p = tables.p_text  # p-values as the claims tables print them
 
     def counts(key: str) -> str:
         n = {v: sum(c[key] == v for c in claims) for v in ("supported", "contradicted")}
@@ -244,7 +244,7 @@ def tuning_section(study: Study, by_run: dict, split: str | None = None) -> list
                     dataset,
                     {f: r for f, r in results.items() if r},
                     chosen,
-                    lambda f: plan.candidates(study, f),
+                    lambda f, done=results: plan.candidates(study, f, done[f]),
                     split,
                 ),
                 "",
@@ -304,34 +304,7 @@ def write_report(
             matrix = tables.verdict_matrix(claims, dataset, study.claims, sizes, need)
             glance += [f"{dataset}:", "", matrix, ""]
         text[top:top] = glance
-    for dataset in study.datasets:
-        table = tables.results_table(errors, dataset, tuple(study.families), need)
-        if not table:
-            continue
-        text += [
-            f"## Test error: {dataset}",
-            "",
-            f"Mean ± sample std over the realisations, in %; `(k)`: only k of {need} "
-            "realisations finished; `ku`: k runs unconverged.",
-            "",
-            table,
-            "",
-        ]
-        cm = tables.claims_markdown(claims, dataset)
-        if cm:
-            text += [
-                f"### Claims: {dataset}",
-                "",
-                f"Paired over the common realisations (diff = first - second, points; negative"
-                f" = the claim's direction); primary test `{test}` (two-sided), Holm over "
-                f"{HOLM_FAMILIES[holm_family]}"
-                f" at alpha = {stats.ALPHA}; `pending` while fewer than {need} realisations;"
-                " 95% CI: the Student t interval of the mean difference, not adjusted for"
-                " the multiple comparisons.",
-                "",
-                cm,
-                "",
-            ]
+    text += dataset_sections(study, errors, claims, need, test, holm_family)
     text += sensitivity_markdown(study, claims, holm_family, other)
     first, first_claims = superseded(study, rows, rule, need, test, holm_family)
     text += convergence_section(errors)
@@ -511,6 +484,8 @@ def _num(x, fmt: str = "{:.2f}") -> str:
 
 
 def registered_markdown(recs: Sequence[dict], need: int) -> str:
+    """The claims' table; ``n`` out of ``need`` realisations, or a record's own
+    ``realisations`` (a later family's claims each have theirs)."""
     lines = [
         "| claim | dataset | N_t | A - B | n | diff (points) | 95% CI | A lower | t | p "
         "| sign-flip p | Holm p | verdict | sd of diff | MDE | params A / B "
@@ -528,14 +503,51 @@ def registered_markdown(recs: Sequence[dict], need: int) -> str:
         lower = f"{r['wins']}/{r['n']}" if r["n"] and math.isfinite(r["p"]) else "-"
         lines.append(
             f"| {r['claim']} | `{r['dataset']}` | {r['n_train']} | `{r['better']}` - {worse} "
-            f"| {r['n']}/{need} | {_num(r['diff_mean'], '{:+.2f}')} | {ci} | {lower} "
-            f"| {_num(r['t'])} | {tables._p(r['p'])} | {tables._p(r['p_signflip'])} "
-            f"| {tables._p(r['p_holm'])} | {v} "
+            f"| {r['n']}/{r.get('realisations', need)} | {_num(r['diff_mean'], '{:+.2f}')} "
+            f"| {ci} | {lower} "
+            f"| {_num(r['t'])} | {tables.p_text(r['p'])} | {tables.p_text(r['p_signflip'])} "
+            f"| {tables.p_text(r['p_holm'])} | {v} "
             f"| {_num(r['diff_sd'])} | {_num(r['mde'])} | {params} "
             f"| {r['unconverged_better']} / {r['unconverged_worse']} "
             f"| {'+'.join(r['trained_on']) or '-'} |"
         )
     return "\n".join(lines)
+
+
+def dataset_sections(
+    study: Study, errors: dict, claims: list[dict], need: int, test: str, holm_family: str
+) -> list[str]:
+    """Per dataset: every family's test errors and the claims judged there."""
+    text = []
+    for dataset in study.datasets:
+        table = tables.results_table(errors, dataset, tuple(study.families), need)
+        if not table:
+            continue
+        text += [
+            f"## Test error: {dataset}",
+            "",
+            f"Mean ± sample std over the realisations, in %; `(k)`: only k of {need} "
+            "realisations finished; `ku`: k runs unconverged.",
+            "",
+            table,
+            "",
+        ]
+        cm = tables.claims_markdown(claims, dataset)
+        if cm:
+            text += [
+                f"### Claims: {dataset}",
+                "",
+                f"Paired over the common realisations (diff = first - second, points; negative"
+                f" = the claim's direction); primary test `{test}` (two-sided), Holm over "
+                f"{HOLM_FAMILIES[holm_family]}"
+                f" at alpha = {stats.ALPHA}; `pending` while fewer than {need} realisations;"
+                " 95% CI: the Student t interval of the mean difference, not adjusted for"
+                " the multiple comparisons.",
+                "",
+                cm,
+                "",
+            ]
+    return text
 
 
 def write_registered_report(
@@ -551,16 +563,94 @@ def write_registered_report(
     every N_t beside ``paper``'s figures for that dataset, convergence), ``claims.json`` and,
     with ``figures``, one figure per dataset of test error against N_t; from the record
     ``rows`` alone."""
-    from launch.studies import power
-
     seeds = tuple(seeds or study.seeds)
     need = len(seeds)
-    by_run = {r["run"]: r for r in rows}
-    errors = plan.main_errors(study, rows, study.main_rule)
-    errors = {k: {s: r for s, r in v.items() if s in seeds} for k, v in errors.items()}
+    every = plan.main_errors(study, rows, study.main_rule)
+    errors = {k: {s: r for s, r in v.items() if s in seeds} for k, v in every.items()}
     errors = {k: v for k, v in errors.items() if v}
     recs = registered_claims(study, errors, need)
+    explore = exploratory_claims(study, errors, need)
+    later = {f.name: later_claims(study, every, f) for f in study.later_registered}
+    text = registered_section(study, rows, recs, seeds)
+    text += exploratory_section(study, explore, need)
+    for fam in study.later_registered:
+        text += later_section(fam, later[fam.name])
+    text += tuning_section(
+        study,
+        {r["run"]: r for r in rows},
+        "80:20 split of realisation 0 (N_t = 1,000 of the 80 %, held out: the 20 %)",
+    )
+    text += arms_sections(study, errors, seeds, paper or {})
+    text += convergence_section(errors)
+    os.makedirs(out, exist_ok=True)
+    written = []
+    if figures:
+        written += plots.plot_errors(errors, out, tuple(study.families), errorbars=True, need=need)
+    written.append(_write(os.path.join(out, "results.md"), "\n".join(text)))
+    written.append(_write(os.path.join(out, "claims.json"), json.dumps(recs, indent=1)))
+    if explore:
+        doc = json.dumps(explore, indent=1)
+        written.append(_write(os.path.join(out, "exploratory.json"), doc))
+    for name, later_recs in later.items():
+        doc = json.dumps(later_recs, indent=1)
+        written.append(_write(os.path.join(out, f"claims_{name}.json"), doc))
+    return written
+
+
+def later_claims(study: Study, errors: dict, family) -> list[dict]:
+    """The claims of a family registered later (:attr:`Study.later_registered`): each on its
+    own realisations (``family.seeds(id)``, all of them needed), Holm over the family's claims
+    alone (a claim not yet tested counts at p = 1), the MDE at the family's first level."""
+    from launch.studies import power
+
+    first = power.holm_levels(len(family.claims), stats.ALPHA)[0]
+    recs = []
+    for c in family.claims:
+        mine = set(family.seeds(c.id))
+        errs = {k: {s: r for s, r in v.items() if s in mine} for k, v in errors.items()}
+        rec = _claim_record(study, errs, len(mine), c, first)
+        if rec["status"].startswith("pending: ") and "realisations" in rec["status"]:
+            span = f"{min(mine)}-{max(mine)}"
+            rec["status"] = f"pending: {rec['n']} of its {len(mine)} realisations ({span})"
+        recs.append(rec)
+    tested = [r["status"] == "tested" for r in recs]
+    adj = stats.holm([r["p"] if ok else 1.0 for r, ok in zip(recs, tested, strict=True)])
+    for r, ok, a in zip(recs, tested, adj, strict=True):
+        r["p_holm"] = a if ok else math.nan
+        r["verdict"] = stats.verdict(r["diff_mean"], a) if ok else r["status"]
+        r["realisations"] = len(family.seeds(r["claim"]))
+    return recs
+
+
+def later_section(family, recs: list[dict]) -> list[str]:
+    """``results.md``'s section of a family registered later."""
     m = len(recs)
+    tested = sum(r["status"] == "tested" for r in recs)
+    spans = ", ".join(
+        f"{c.id} {min(family.seeds(c.id))}-{max(family.seeds(c.id))}" for c in family.claims
+    )
+    return [
+        f"## The registered family {family.name}",
+        "",
+        f"Registered before any of its runs, on its own realisations ({spans}); the same "
+        f"statistics as above, each claim over all its realisations, Holm over these {m} "
+        f"claims alone at alpha = {stats.ALPHA} (a claim not yet tested counts at p = 1); "
+        f"`MDE` at its first level alpha / {m}.",
+        "",
+        f"{tested} of {m} tested.",
+        "",
+        registered_markdown(recs, 0),
+        "",
+    ]
+
+
+def registered_section(
+    study: Study, rows: Sequence[dict], recs: list[dict], seeds: tuple[int, ...]
+) -> list[str]:
+    """``results.md``'s title, command and the registered claims' table (``recs``)."""
+    from launch.studies import power
+
+    need, m = len(seeds), len(recs)
     first = power.holm_levels(m, stats.ALPHA)[0]
     cmd = ["python", "-m", "launch.studies", study.name, "report"]
     if seeds != tuple(study.seeds):
@@ -607,28 +697,41 @@ def write_registered_report(
             vals = ", ".join(f"`{s}` {v:.2f}" for s, v in r["stream_val_error"].items())
             text.append(f"- {r['claim']}: {vals}")
         text.append("")
-    explore = exploratory_claims(study, errors, need)
-    if explore:
-        text += [
-            "## Exploratory comparisons (added after results were read; not pre-registered)",
-            "",
-            "The same paired statistics as above, outside Holm's family and without a "
-            "verdict: each asks what a registered result leaves open, and deciding it would "
-            "take a test registered before its runs. `MDE` at the registered family's first "
-            "Holm level, for scale.",
-            "",
-            *(f"- {c.id}: {c.why}" for c in study.exploratory),
-            "",
-            registered_markdown(explore, need),
-            "",
-        ]
-    text += tuning_section(
-        study, by_run, "80:20 split of realisation 0 (N_t = 1,000 of the 80 %, held out: the 20 %)"
-    )
+    return text
+
+
+def exploratory_section(study: Study, explore: list[dict], need: int) -> list[str]:
+    """The exploratory comparisons' section (none: nothing)."""
+    if not explore:
+        return []
+    return [
+        "## Exploratory comparisons (added after results were read; not pre-registered)",
+        "",
+        "The same paired statistics as above, outside Holm's family and without a "
+        "verdict: each asks what a registered result leaves open, and deciding it would "
+        "take a test registered before its runs. `MDE` at the registered family's first "
+        "Holm level, for scale.",
+        "",
+        *(f"- {c.id}: {c.why}" for c in study.exploratory),
+        "",
+        registered_markdown(explore, need),
+        "",
+    ]
+
+
+def arms_sections(study: Study, errors: dict, seeds: tuple[int, ...], paper: dict) -> list[str]:
+    """Per dataset, every arm that trains any of the realisations ``seeds`` at every N_t
+    (``paper``'s published figures beside them); an arm on other realisations only (a later
+    family's) is not in these tables."""
+    text, need = [], len(seeds)
     sizes_of = {d: study.dataset_sizes.get(d, study.sizes) for d in study.datasets}
     for dataset in study.datasets:
-        fams = [f for f, fam in study.families.items() if dataset in fam.datasets]
-        published = (paper or {}).get(dataset, {})
+        fams = [
+            f
+            for f, fam in study.families.items()
+            if dataset in fam.datasets and set(study.seeds_of(f)) & set(seeds)
+        ]
+        published = paper.get(dataset, {})
         table = tables.arms_table(errors, dataset, fams, sizes_of[dataset], need, published)
         if table:
             text += [
@@ -646,14 +749,4 @@ def write_registered_report(
                 table,
                 "",
             ]
-    text += convergence_section(errors)
-    os.makedirs(out, exist_ok=True)
-    written = []
-    if figures:
-        written += plots.plot_errors(errors, out, tuple(study.families), errorbars=True, need=need)
-    written.append(_write(os.path.join(out, "results.md"), "\n".join(text)))
-    written.append(_write(os.path.join(out, "claims.json"), json.dumps(recs, indent=1)))
-    if explore:
-        doc = json.dumps(explore, indent=1)
-        written.append(_write(os.path.join(out, "exploratory.json"), doc))
-    return written
+    return text

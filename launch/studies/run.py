@@ -513,7 +513,7 @@ def planned(study: Study, opts: Options, stage: str, dataset: str, rows: dict):
     if stage == "tune":
         chosen = plan.chosen_hps(study, rows, dataset)
         runs, svms, waiting = plan.plan_tune(
-            study, opts.runs_dir, dataset, opts.families, opts.rule, chosen
+            study, opts.runs_dir, dataset, opts.families, opts.rule, chosen, rows
         )
         note = f"{dataset}: {waiting} wait for their streams' tuning" if waiting else ""
         return runs, svms, note
@@ -717,6 +717,83 @@ def runs_dir_locked(runs_dir: str):
         os.close(fd)  # closing the only descriptor releases the flock
 
 
+def tune_passes(study: Study) -> int:
+    """Planning passes of a tuning stage: the single streams and each extension of their grids
+    past an edge (:attr:`~launch.studies.plan.Family.extend_edges`), then the heads and theirs;
+    a pass with nothing left to train costs nothing."""
+    return 2 * (1 + max((f.extend_edges for f in study.families.values()), default=0))
+
+
+class Landing:
+    """``after(final=False)``: land the runs that finished in the record, rewrite the report
+    (with the code the command started with: once the study's sources change on disk it lands
+    and commits the rows alone) and commit both. ``count``: rows this command landed;
+    ``warned``: the lines already printed."""
+
+    def __init__(self, study: Study, opts: Options):
+        self.study, self.opts = study, opts
+        self.count = 0
+        self.undrawn = 0  # of the landed rows, the ones the figures do not show yet
+        self.started_with = code_digest()
+        self.stale = False
+        self.warned: set[str] = set()
+
+    def warn(self, line: str, text: str) -> None:
+        if line not in self.warned:
+            self.warned.add(line)
+            print(text, flush=True)
+
+    def __call__(self, final: bool = False) -> None:
+        opts = self.opts
+        new = land(opts.runs_dir, opts.record, opts.rerun)
+        for line in unreproduced(opts.runs_dir, opts.record, opts.rerun):
+            self.warn(
+                line,
+                f"study: trained again here, not reproducing its row: {line}; the heads that "
+                "would freeze it do not train here (on it their claims would stay untested); "
+                "to let it replace the row, name its path in --rerun",
+            )
+        self.count += new
+        self.undrawn += new
+        written = self.rewrite(new, final) if opts.out and (new or final) else []
+        if opts.commit and new:
+            # the record and the files the report wrote, never the rest of its folder (a
+            # README being edited there is not a landing)
+            commit([opts.record, *written], f"{self.study.name} study: {new} more run(s) landed")
+        elif opts.commit and written:
+            # the figures redrawn at the end carry no new row; commit only what the report
+            # wrote, never other edits in its folder
+            commit(written, f"{self.study.name} study: the report's figures redrawn")
+
+    def rewrite(self, new: int, final: bool) -> list[str]:
+        """The report's files rewritten (none once the study's code changed on disk)."""
+        opts, study = self.opts, self.study
+        if self.stale:
+            return []
+        self.stale = code_digest() != self.started_with
+        if self.stale:
+            print(
+                "study: the study's code (launch/studies) changed after this command "
+                "started: it lands the runs but no longer rewrites the report; rewrite it "
+                f"with `python -m launch.studies {study.name} report --record {opts.record} "
+                f"--out {opts.out}`",
+                flush=True,
+            )
+            return []
+        # the tables after every landing, the figures every FIGURES_EVERY runs and at the end
+        # if a row landed since they were drawn (a command that lands nothing leaves them
+        # alone: redrawn by another matplotlib they differ in bytes only); the runs of this
+        # command's rule, against every realisation planned
+        figures = self.undrawn > 0 and (final or self.count % FIGURES_EVERY < new)
+        rows = record.read(opts.record)
+        written = report.write_report(
+            study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
+        )
+        if figures:
+            self.undrawn = 0
+        return written
+
+
 def run(study: Study, opts: Options) -> int:
     """Train what the plan lacks, stage by stage and dataset by dataset (the tuning's single
     streams before the heads that wait for them), landing each finished run in the record and
@@ -726,76 +803,23 @@ def run(study: Study, opts: Options) -> int:
         print(f"study: --rerun {line}", flush=True)
     # one compilation cache for the whole study
     os.environ.setdefault("INVJAX_COMPILATION_CACHE", os.path.join(opts.runs_dir, "xla_cache"))
-    # count: rows this command landed; undrawn: of those, the ones the figures do not show yet
-    count, undrawn = [0], [0]
-    # A long command keeps the code it started with; once the study's sources change on disk it
-    # would write (and commit) the report of the old code over the new one's. It then lands
-    # and commits rows only and says how to rewrite the report.
-    started_with, stale = code_digest(), [False]
-    warned: set[str] = set()  # the unreproduced runs already named
-
-    def after(final: bool = False) -> None:
-        new = land(opts.runs_dir, opts.record, opts.rerun)
-        for line in unreproduced(opts.runs_dir, opts.record, opts.rerun):
-            if line not in warned:
-                warned.add(line)
-                print(
-                    f"study: trained again here, not reproducing its row: {line}; the heads "
-                    "that would freeze it do not train here (on it their claims would stay "
-                    "untested); to let it replace the row, name its path in --rerun",
-                    flush=True,
-                )
-        count[0] += new
-        undrawn[0] += new
-        written = []
-        if opts.out and (new or final) and not stale[0]:
-            stale[0] = code_digest() != started_with
-            if stale[0]:
-                print(
-                    "study: the study's code (launch/studies) changed after this command "
-                    "started: it lands the runs but no longer rewrites the report; rewrite it "
-                    f"with `python -m launch.studies {study.name} report --record {opts.record} "
-                    f"--out {opts.out}`",
-                    flush=True,
-                )
-            else:
-                # the tables after every landing, the figures every FIGURES_EVERY runs and at
-                # the end if a row landed since they were drawn (a command that lands nothing
-                # leaves them alone: redrawn by another matplotlib they differ in bytes only);
-                # the runs of this command's rule, against every realisation planned
-                figures = undrawn[0] > 0 and (final or count[0] % FIGURES_EVERY < new)
-                rows = record.read(opts.record)
-                written = report.write_report(
-                    study, rows, opts.out, opts.rule, None, opts.test, opts.holm_family, figures
-                )
-                if figures:
-                    undrawn[0] = 0
-        if opts.commit and new:
-            # the record and the files the report wrote, never the rest of its folder (a
-            # README being edited there is not a landing)
-            commit([opts.record, *written], f"{study.name} study: {new} more run(s) landed")
-        elif opts.commit and written:
-            # the figures redrawn at the end carry no new row; commit only what the report
-            # wrote, never other edits in its folder
-            commit(written, f"{study.name} study: the report's figures redrawn")
-
+    # A long command keeps the code it started with (Landing: the report is then not rewritten)
+    after = Landing(study, opts)
     after()  # what finished here before (a run stopped after its results, before landing)
     status = 0
     for stage in stages(opts):
         for dataset in opts.datasets:
-            for _ in range(2 if stage == "tune" else 1):  # single streams, then the heads
+            for _ in range(tune_passes(study) if stage == "tune" else 1):
                 rows = {r["run"]: r for r in record.read(opts.record)}
                 runs, svms, note = planned(study, opts, stage, dataset, rows)
                 other, _ = elsewhere(rows, retrained_streams(opts.runs_dir, runs, rows))
                 for line in other:
-                    if line not in warned:
-                        warned.add(line)
-                        print(
-                            f"study: to train again here, its row from another processor or "
-                            f"jax: {line}; it will most likely not reproduce its row, and the "
-                            "heads that would freeze it then do not train",
-                            flush=True,
-                        )
+                    after.warn(
+                        line,
+                        f"study: to train again here, its row from another processor or jax: "
+                        f"{line}; it will most likely not reproduce its row, and the heads "
+                        "that would freeze it then do not train",
+                    )
                 run_svms(svms, opts, after, rows)
                 todo = {r.workdir for r in still_to_train(opts.runs_dir, runs, rows, opts.rerun)}
                 done = functools.partial(_not_in, todo)
@@ -803,11 +827,11 @@ def run(study: Study, opts: Options) -> int:
                 if code >= STOPPED:
                     after(final=True)
                     why = f"--stop_minutes={opts.stop_minutes:g}" if past_stop(opts) else "a signal"
-                    print(f"study: stopped by {why}; {count[0]} run(s) landed", flush=True)
+                    print(f"study: stopped by {why}; {after.count} run(s) landed", flush=True)
                     return code
                 status |= code
             if note:
                 print(f"study: {note}", flush=True)
     after(final=True)
-    print(f"study: {count[0]} run(s) landed in {opts.record} by this command", flush=True)
+    print(f"study: {after.count} run(s) landed in {opts.record} by this command", flush=True)
     return status

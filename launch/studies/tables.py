@@ -29,7 +29,7 @@ def _pct(x) -> str:
     return f"{x:.2f}" if isinstance(x, int | float) and math.isfinite(x) else "-"
 
 
-def _p(x, alpha: float = 0.05) -> str:
+def p_text(x, alpha: float = 0.05) -> str:
     """Two significant digits, three where two would read as the level ``alpha`` itself (a Holm
     p of 0.0499 is supported, and printed as 0.05 it would read as not)."""
     if not isinstance(x, int | float) or math.isnan(x):
@@ -129,8 +129,8 @@ def claims_markdown(records: Sequence[dict], dataset: str) -> str:
         v = f"**{v}**" if v in ("supported", "contradicted") else v
         lines.append(
             f"| {r['claim']} (`{r['better']}` - `{r['worse']}`) | {r['n_train']} | {r['n']} "
-            f"| {r['diff_mean']:+.2f}{sd} | {ci} | {r['wins']}/{r['n']} | {_p(r['p'])} "
-            f"| {_p(r['p_signflip'])} | {_p(r['p_holm'])} | {v} | {_trained_on(r)} |"
+            f"| {r['diff_mean']:+.2f}{sd} | {ci} | {r['wins']}/{r['n']} | {p_text(r['p'])} "
+            f"| {p_text(r['p_signflip'])} | {p_text(r['p_holm'])} | {v} | {_trained_on(r)} |"
         )
     return "\n".join(lines)
 
