@@ -118,10 +118,10 @@ class StreamCombination(Exportable, Precise, nn.Module):
         return y
 
     def inference_arrays(self, features: Mapping):
-        """The head as one matrix per stream, ``A_j = W_j diag(w_j / sum_k w_k)`` (``map_<j>
-        [C_j, C_map]``; the target stream, whose ``W`` is the identity, keeps only the vector
-        ``share_<j> [C_map]``), so that ``x_combined = sum_j x_j A_j``. ``None`` for ``concat``
-        (no parameters: its training form is its inference form)."""
+        """The head as one matrix per stream, ``A_j = W_j diag(w_j / sum_k w_k)``, as
+        ``map_<j> [C_j, C_map]`` (the target stream, whose ``W`` is the identity, keeps only the
+        vector ``share_<j> [C_map]``), so that ``x_combined = sum_j x_j A_j``. ``None`` for
+        ``concat`` (no parameters: its training form is its inference form)."""
         if self.mode == "concat":
             return None
         names = ordered(features)

@@ -436,8 +436,9 @@ class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):
             )
 
     def integrate(self, x, mask):
-        """``(y, terms)``: the layer's output for ``x [B, H, W, C_in]`` with the pairs' ``mask
-        [P]``, and for ``layout='channels'`` the per-pair terms ``[B, C_in, P]`` (else None)."""
+        """``(y, terms)``: the layer's output for ``x [B, H, W, C_in]`` with the pairs'
+        ``mask [P]``, and for ``layout='channels'`` the per-pair terms ``[B, C_in, P]`` (else
+        None)."""
         pairs = self.pairs(int(x.shape[-1]))
         if self.layout == "channels":
             return self._channels(x, pairs, mask)

@@ -366,9 +366,9 @@ def lowering_choice(layer: nn.Module, x_shape) -> str:
 def describe_lowerings(model: nn.Module, x_shape, **call_kwargs) -> str:
     """One line naming how each scale convolution of ``model`` is lowered on this backend for
     inputs of ``x_shape`` (traced abstractly: ``jax.eval_shape`` of ``model.init``, no compute),
-    e.g. ``scale convolutions (cpu): conv1 lift 1->32 on 56x56 k15: fft; conv2 32->63 on 28x28
-    k15: fft``; ``""`` for a model without any. ``call_kwargs`` go to the model's ``__call__``
-    (e.g. ``train=False``)."""
+    e.g. ``scale convolutions (cpu): conv1 lift 1->32 on 56x56 k15: fft;``
+    ``conv2 32->63 on 28x28 k15: fft``; ``""`` for a model without any. ``call_kwargs`` go to the
+    model's ``__call__`` (e.g. ``train=False``)."""
     found = []
 
     def record(next_fun, args, kwargs, context):
