@@ -93,19 +93,46 @@ class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
     """Lifting convolution: trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', features * |G|]``.
 
     ``psi_g = L_g psi`` with ``psi`` a learnt combination of the steerable basis (eq. 2 with the
-    input on Z^2). ``stride`` 1 or 2 (see :mod:`invjax.ops.conv` for the grid rule).
+    input on Z^2).
     """
 
     features: int
+    """Number of output fields ``C_out`` (an integer >= 1): the output has ``features * |G|``
+    channels, one regular field of ``group`` per feature."""
     group: Group = D4
+    """The symmetry group ``G``, ``C_N`` (N rotations) or ``D_N`` (N rotations and flips): a
+    :class:`invjax.groups.Group` or its name, e.g. ``"D4"``, ``"C8"``, ``"D1"`` (parsed once
+    when the layer is built). Default ``D4`` (``|G| = 8``)."""
     kernel_size: int = 3
+    """Filter size ``k`` in taps (odd): the steerable basis is sampled on the ``K x K`` grid,
+    ``K = dilation * (k - 1) + 1``."""
     stride: int = 1
+    """1 (``SAME`` output, ``H x W``) or 2 (output ``ceil(H / 2) x ceil(W / 2)``, sampled by the
+    ``downsample`` rule; :mod:`invjax.ops.conv` explains the grid symmetry)."""
     dilation: int = 1
+    """Spread of the basis (an integer >= 1): the filter is a dense ``K x K`` kernel with
+    ``K = dilation * (k - 1) + 1``, whose default ring radii and widths are multiplied by
+    ``dilation`` (:mod:`invjax.bases.e2`)."""
     frequency_cutoff: float | None = None
+    """The basis' band limit: ``None`` is e2cnn ``R2Conv``'s default per-ring rule; a float
+    ``F`` keeps angular frequencies ``|m| <= F pi r`` at ring radius ``r`` (``1.0`` in the
+    paper's configs, :data:`invjax.bases.e2.E2CNN_EXPERIMENTS`)."""
     sigma: float | tuple[float, ...] | None = None
+    """Width of the basis' Gaussian rings in pixels: one float for every ring or one per ring;
+    ``None`` is e2cnn's per-ring rule (0.6, 0.4 on the outer ring, 0.005 at the centre, times
+    ``dilation``); ``0.45`` in the paper's configs."""
     rings: tuple[float, ...] | None = None
+    """Radii of the basis' rings in pixels; ``None``: ``0, 1, ..., (k - 1) // 2`` times
+    ``dilation``."""
     downsample: str = "symmetric"
+    """The stride-2 rule on even grids, one of :data:`invjax.ops.conv.DOWNSAMPLE_RULES`:
+    ``"symmetric"`` (2x2 box folded into the kernel: exact for 90-degree rotations and flips),
+    ``"strided"`` (plain strided samples, as e2cnn; not exact on even grids) or ``"maxpool"``
+    (stride 1, then 2x2 max pooling). Unused with ``stride=1``."""
     precision: str | None = None
+    """The arithmetic of the convolution and the kernel expansion: a mode of
+    :mod:`invjax.precision` (``"highest"``, ``"default"``, ``"bf16"``, ``"exact_fast"``, or a
+    CPU emulation such as ``"exact_fast@tf32"``); ``None``: JAX's default matmul precision."""
 
     basis = _steerable_basis
 
@@ -155,21 +182,50 @@ class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
 class E2Conv(Exact, Typed, Exportable, Precise, nn.Module):
     """Group convolution on regular fields: ``[B, H, W, Ci * |G|]`` -> ``[B, H', W', features * |G|]``.
 
-    With ``trivial_out=True`` the output fields are invariant (trivial representation):
-    ``[B, H', W', features]``; this is the paper's last E(2) layer (``n_r = 1, n_F = 1``).
+    With ``trivial_out=True`` the output fields are invariant: ``[B, H', W', features]``.
     """
 
     features: int
+    """Number of output fields ``C_out`` (an integer >= 1): ``features * |G|`` channels of
+    regular fields, or ``features`` invariant channels with ``trivial_out``."""
     group: Group = D4
+    """The symmetry group ``G``, ``C_N`` (N rotations) or ``D_N`` (N rotations and flips): a
+    :class:`invjax.groups.Group` or its name, e.g. ``"D4"``, ``"C8"``, ``"D1"`` (parsed once
+    when the layer is built). Default ``D4`` (``|G| = 8``)."""
     kernel_size: int = 3
+    """Filter size ``k`` in taps (odd): the steerable basis is sampled on the ``K x K`` grid,
+    ``K = dilation * (k - 1) + 1``."""
     stride: int = 1
+    """1 (``SAME`` output, ``H x W``) or 2 (output ``ceil(H / 2) x ceil(W / 2)``, sampled by the
+    ``downsample`` rule; :mod:`invjax.ops.conv` explains the grid symmetry)."""
     dilation: int = 1
+    """Spread of the basis (an integer >= 1): the filter is a dense ``K x K`` kernel with
+    ``K = dilation * (k - 1) + 1``, whose default ring radii and widths are multiplied by
+    ``dilation`` (:mod:`invjax.bases.e2`)."""
     trivial_out: bool = False
+    """If true, the output fields are invariant (the trivial representation),
+    ``[B, H', W', features]``, instead of regular: the paper's last E(2) layer
+    (``n_r = 1, n_F = 1``)."""
     frequency_cutoff: float | None = None
+    """The basis' band limit: ``None`` is e2cnn ``R2Conv``'s default per-ring rule; a float
+    ``F`` keeps angular frequencies ``|m| <= F pi r`` at ring radius ``r`` (``1.0`` in the
+    paper's configs, :data:`invjax.bases.e2.E2CNN_EXPERIMENTS`)."""
     sigma: float | tuple[float, ...] | None = None
+    """Width of the basis' Gaussian rings in pixels: one float for every ring or one per ring;
+    ``None`` is e2cnn's per-ring rule (0.6, 0.4 on the outer ring, 0.005 at the centre, times
+    ``dilation``); ``0.45`` in the paper's configs."""
     rings: tuple[float, ...] | None = None
+    """Radii of the basis' rings in pixels; ``None``: ``0, 1, ..., (k - 1) // 2`` times
+    ``dilation``."""
     downsample: str = "symmetric"
+    """The stride-2 rule on even grids, one of :data:`invjax.ops.conv.DOWNSAMPLE_RULES`:
+    ``"symmetric"`` (2x2 box folded into the kernel: exact for 90-degree rotations and flips),
+    ``"strided"`` (plain strided samples, as e2cnn; not exact on even grids) or ``"maxpool"``
+    (stride 1, then 2x2 max pooling). Unused with ``stride=1``."""
     precision: str | None = None
+    """The arithmetic of the convolution and the kernel expansion: a mode of
+    :mod:`invjax.precision` (``"highest"``, ``"default"``, ``"bf16"``, ``"exact_fast"``, or a
+    CPU emulation such as ``"exact_fast@tf32"``); ``None``: JAX's default matmul precision."""
 
     basis = _steerable_basis
 
@@ -233,7 +289,11 @@ class GroupPool(Exact, Typed, nn.Module):
     """Max (or mean) over each field's group channels: ``[..., C * |G|] -> [..., C]``."""
 
     group: Group = D4
+    """The input fields' group ``G`` (``C_N`` or ``D_N``): a :class:`invjax.groups.Group` or a
+    name such as ``"D4"``; the input has ``C * |G|`` channels. Default ``D4``."""
     reduce: str = "max"
+    """``"max"`` (group max pooling, e2cnn's ``GroupPooling``) or ``"mean"`` over each field's
+    ``|G|`` channels."""
 
     def __post_init__(self):
         as_group_fields(self, "group")
@@ -267,7 +327,12 @@ class Restrict(Exact, Typed, nn.Module):
     """
 
     group: Group
+    """The input fields' group ``G`` (``C_N`` or ``D_N``): a :class:`invjax.groups.Group` or a
+    name such as ``"D8"``."""
     subgroup: Group
+    """The output fields' group ``H``, a subgroup of ``group`` (``D4`` or ``C8`` of ``D8``,
+    ``D1`` of ``D4``, ...): a :class:`invjax.groups.Group` or a name; one clear error
+    otherwise."""
 
     def __post_init__(self):
         as_group_fields(self, "group", "subgroup")
@@ -298,13 +363,20 @@ class E2BatchNorm(Exact, Typed, Exportable, nn.Module):
     """Batch normalisation with statistics, scale and bias shared within each field.
 
     Sharing over the ``|G|`` channels of a field keeps the layer equivariant (the group permutes
-    those channels). ``group=None`` or ``C1`` gives ordinary per-channel batch norm.
-    ``momentum`` follows Flax (running = momentum * running + (1 - momentum) * batch).
+    those channels). Statistics are taken over batch, space and the ``|G|`` channels of each
+    field: ``mean``, ``var``, ``scale`` and ``bias`` are ``[C]`` for ``C * |G|`` channels.
     """
 
     group: Group | None = D4
+    """The fields' group ``G`` (a :class:`invjax.groups.Group` or a name such as ``"D4"``):
+    statistics are shared within each block of ``|G|`` channels. ``None`` or ``"C1"``: ordinary
+    per-channel batch norm. Default ``D4``."""
     momentum: float = 0.9
+    """Decay of the running statistics, as Flax's:
+    ``running = momentum * running + (1 - momentum) * batch``."""
     epsilon: float = 1e-5
+    """Added to the variance before the square root:
+    ``y = (x - mean) / sqrt(var + epsilon) * scale + bias``."""
 
     def __post_init__(self):
         as_group_fields(self, "group")

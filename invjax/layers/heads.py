@@ -62,8 +62,17 @@ class StreamCombination(Exportable, Precise, nn.Module):
     """
 
     mode: str = "map_e2"
+    """The head, one of :data:`MODES`: ``"map_e2"``, ``"map_scale"``, ``"map_std"`` (the named
+    stream keeps the identity map, ``C_map`` is its width; ``"map_e2"`` is the paper's best
+    head), ``"map_all"`` (a learnt ``W_j`` for every stream) or ``"concat"`` (``[B, sum_j C_j]``,
+    no parameters). A ``map_<stream>`` mode needs that stream among the features."""
     map_features: int | None = None
-    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    """``C_map`` for ``"map_all"``; ``None``: the ``e2`` stream's width, else the widest
+    stream's. Unused by the other modes."""
+    precision: str | None = None
+    """The arithmetic of the maps' products ``W_j x_j``: a mode of :mod:`invjax.precision`
+    (``"highest"``, ``"default"``, ``"bf16"``, ``"exact_fast"``, or a CPU emulation); ``None``:
+    JAX's default matmul precision."""
 
     @nn.compact
     def __call__(self, features: Mapping):
@@ -109,10 +118,10 @@ class StreamCombination(Exportable, Precise, nn.Module):
         return y
 
     def inference_arrays(self, features: Mapping):
-        """The head as one matrix per stream, ``A_j = W_j diag(w_j / sum_k w_k)`` (``map_<j>
-        [C_j, C_map]``; the target stream, whose ``W`` is the identity, keeps only the vector
-        ``share_<j> [C_map]``), so that ``x_combined = sum_j x_j A_j``. ``None`` for ``concat``
-        (no parameters: its training form is its inference form)."""
+        """The head as one matrix per stream, ``A_j = W_j diag(w_j / sum_k w_k)``, as
+        ``map_<j> [C_j, C_map]`` (the target stream, whose ``W`` is the identity, keeps only the
+        vector ``share_<j> [C_map]``), so that ``x_combined = sum_j x_j A_j``. ``None`` for
+        ``concat`` (no parameters: its training form is its inference form)."""
         if self.mode == "concat":
             return None
         names = ordered(features)

@@ -148,12 +148,28 @@ class E2InvariantIntegration(Exact, Exportable, Precise, nn.Module):
     """
 
     features: int
+    """Number of invariant output features ``C_out`` (an integer >= 1): the learnt kernels
+    ``psi [k, k, C_in, features]``, one weighted sum per feature."""
     group: G.Group = G.dihedral(4)
+    """The group ``G`` integrated over, ``C_N`` (eq. 4) or ``D_N`` (eq. 5): a
+    :class:`invjax.groups.Group` or a name such as ``"D4"``, ``"C8"``. Default ``D4``."""
     kernel_size: int = 3
+    """Size ``k`` of the learnt kernel ``psi`` in taps (odd)."""
     interpolation: str = "bilinear"
+    """How ``psi`` is resampled for the rotations that are not multiples of 90 degrees, one of
+    :data:`invjax.groups.INTERPOLATIONS` (``"nearest"``, ``"bilinear"``, ``"bicubic"``); the
+    multiples of 90 degrees and the flips permute the grid exactly."""
     method: str = "fast"
+    """How the integral is computed: ``"fast"`` (the closed form), ``"reference"`` (convolve with
+    every transformed kernel, then average) or ``"weight_map"`` (the literal form
+    ``sum_y x(y) M(y)``); the same numbers up to float32 rounding."""
     kernel_init: Callable = nn.initializers.lecun_normal()
-    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    """Initialiser of ``psi`` (a Flax initializer ``(key, shape, dtype) -> array``); default
+    LeCun-normal."""
+    precision: str | None = None
+    """The arithmetic of the products: a mode of :mod:`invjax.precision` (``"highest"``,
+    ``"default"``, ``"bf16"``, ``"exact_fast"``, or a CPU emulation); ``None``: JAX's default
+    matmul precision."""
 
     def __post_init__(self):
         G.as_group_fields(self, "group")
@@ -185,12 +201,28 @@ class RotationInvariantIntegration(Exportable, Precise, nn.Module):
     """
 
     features: int
+    """Number of invariant output features ``C_out`` (an integer >= 1): the learnt kernels
+    ``psi [k, k, C_in, features]``, one weighted sum per feature."""
     n_rotations: int = 4
+    """``N`` of the rotation group ``C_N`` integrated over (an integer >= 1): rotations by
+    multiples of ``360 / N`` degrees."""
     kernel_size: int = 3
+    """Size ``k`` of the learnt kernel ``psi`` in taps (odd)."""
     interpolation: str = "bilinear"
+    """How ``psi`` is resampled for the rotations that are not multiples of 90 degrees, one of
+    :data:`invjax.groups.INTERPOLATIONS` (``"nearest"``, ``"bilinear"``, ``"bicubic"``); the
+    multiples of 90 degrees and the flips permute the grid exactly."""
     method: str = "fast"
+    """How the integral is computed: ``"fast"`` (the closed form), ``"reference"`` (convolve with
+    every transformed kernel, then average) or ``"weight_map"`` (the literal form
+    ``sum_y x(y) M(y)``); the same numbers up to float32 rounding."""
     kernel_init: Callable = nn.initializers.lecun_normal()
-    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    """Initialiser of ``psi`` (a Flax initializer ``(key, shape, dtype) -> array``); default
+    LeCun-normal."""
+    precision: str | None = None
+    """The arithmetic of the products: a mode of :mod:`invjax.precision` (``"highest"``,
+    ``"default"``, ``"bf16"``, ``"exact_fast"``, or a CPU emulation); ``None``: JAX's default
+    matmul precision."""
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -215,10 +247,21 @@ class TranslationInvariantIntegration(Exportable, Precise, nn.Module):
     """
 
     features: int
+    """Number of invariant output features ``C_out`` (an integer >= 1): the learnt kernels
+    ``psi [k, k, C_in, features]``, one weighted sum per feature."""
     kernel_size: int = 3
+    """Size ``k`` of the learnt kernel ``psi`` in taps (odd)."""
     method: str = "fast"
+    """How the integral is computed: ``"fast"`` (the closed form), ``"reference"`` (convolve,
+    then average) or ``"weight_map"`` (the literal form ``sum_y x(y) M(y)``); the same numbers
+    up to float32 rounding."""
     kernel_init: Callable = nn.initializers.lecun_normal()
-    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    """Initialiser of ``psi`` (a Flax initializer ``(key, shape, dtype) -> array``); default
+    LeCun-normal."""
+    precision: str | None = None
+    """The arithmetic of the products: a mode of :mod:`invjax.precision` (``"highest"``,
+    ``"default"``, ``"bf16"``, ``"exact_fast"``, or a CPU emulation); ``None``: JAX's default
+    matmul precision."""
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -246,11 +289,23 @@ class ScaleInvariantIntegration(Exportable, Precise, nn.Module):
     """
 
     features: int
+    """Number of invariant output features ``C_out`` (an integer >= 1): the learnt kernels
+    ``psi [k, k, C_in, features]``, one weighted sum per feature."""
     kernel_size: int = 3
+    """Size ``k`` of the learnt kernel ``psi`` in taps (odd)."""
     epsilon: float = ops.DEFAULT_EPSILON
+    """The clamp ``x' = max(x, epsilon)`` of the input (a float > 0; default
+    :data:`invjax.ops.ii.DEFAULT_EPSILON` ``= 1e-6``): keeps every divisor positive."""
     method: str = "fast"
+    """How the integral is computed: ``"fast"`` (the closed form) or ``"reference"`` (the
+    equation as written); the same numbers up to float32 rounding."""
     kernel_init: Callable = nn.initializers.lecun_normal()
-    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    """Initialiser of ``psi`` (a Flax initializer ``(key, shape, dtype) -> array``); default
+    LeCun-normal."""
+    precision: str | None = None
+    """The arithmetic of the products: a mode of :mod:`invjax.precision` (``"highest"``,
+    ``"default"``, ``"bf16"``, ``"exact_fast"``, or a CPU emulation); ``None``: JAX's default
+    matmul precision."""
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -286,39 +341,58 @@ class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):
     exponents are normalised to the dividend's order. The input passes ``max(x, epsilon)``. The
     fast path is computed in log space. Pruned pairs (mask 0, collection ``ii_mask``) output 0.
 
-    ``placement``: ``'neighbourhood'`` (offsets in the ``k x k`` neighbourhood, the paper's
-    reading of eq. (6) after Rath et al.) or ``'pointwise'`` (all factors at one position,
-    channels only: the exactly scale-invariant variant; needs ``C_in >= 2``).
-
-    ``output``: ``'ratio'`` (eq. 6's ``A``, default) or ``'log'`` (``log A``: exact where ``A``
-    is, per pair ``A``'s relative change otherwise; what a following dense layer can learn from,
-    see :data:`invjax.ops.ii.MONOMIAL_OUTPUTS`). Pruned pairs output 0 either way.
-
-    ``layout``: ``'pairs'`` (default): ``n_pairs`` pairs whose factors read any channel, one
-    feature per pair, ``[B, H, W, C_in] -> [B, n_pairs]``. ``'channels'`` (Table 7's
-    "Scale-II 95 -> 95"): eq. (6) as written, a monomial of one map, applied to each channel's
-    map with ``n_pairs`` one-channel pairs shared by all channels; channel ``c``'s feature is the
-    mean over the active pairs ``j`` of its ``log A_cj`` (``A_cj`` for ``output='ratio'``),
-    ``[B, H, W, C_in] -> [B, C_in]``, and pruning removes pairs from every channel's mean
-    (``docs/monomials.md``). The per-pair terms ``[B, C_in, n_pairs]`` are sown as
-    ``intermediates/.../monomial_terms`` for the pruning's relevance.
-
-    ``divisor``: ``'random'`` or ``'power'`` (``x_c(t)^K``,
-    :data:`invjax.ops.ii.MONOMIAL_DIVISORS`).
+    Shapes: ``[B, H, W, C_in] -> [B, n_pairs]`` (``layout='pairs'``) or ``[B, C_in]``
+    (``layout='channels'``, whose per-pair terms ``[B, C_in, n_pairs]`` are sown as
+    ``intermediates/.../monomial_terms`` for the pruning's relevance).
     """
 
     n_pairs: int = 25
+    """Number ``n_m`` of monomial pairs (ratios), an integer >= 1: 25 before the paper's pruning
+    to 12 and 5 (Section 5). The mask ``ii_mask/mask`` is ``[n_pairs]``."""
     n_factors: int = 3
+    """Factors per monomial (an integer >= 1), each ``x_c(t + o)^b``; 3 is our choice (the paper
+    gives none)."""
     kernel_size: int = 3
+    """Size ``k`` of the neighbourhood the factors' offsets ``o`` are drawn from (odd); every
+    offset is 0 with ``placement='pointwise'``."""
     max_exponent: int = 2
+    """Largest exponent ``b`` of a factor: exponents are drawn uniformly from
+    ``1 .. max_exponent``; the divisor's are then scaled to the dividend's order."""
     epsilon: float = ops.DEFAULT_EPSILON
+    """The clamp ``x' = max(x, epsilon)`` of the input (a float > 0; default
+    :data:`invjax.ops.ii.DEFAULT_EPSILON` ``= 1e-6``): keeps every monomial positive and its log
+    finite."""
     seed: int = 0
+    """Seed of the pairs' draw (:func:`invjax.ops.ii.draw_monomial_pairs`): the channels,
+    offsets and exponents are static, fixed by ``seed`` at trace time, not parameters."""
     method: str = "fast"
+    """``"fast"`` (in log space) or ``"reference"`` (eq. 6 as written); the same numbers up to
+    float32 rounding."""
     placement: str = "neighbourhood"
+    """Where a monomial's factors sit, one of :data:`invjax.ops.ii.MONOMIAL_PLACEMENTS`:
+    ``"neighbourhood"`` (offsets in the ``k x k`` neighbourhood, the paper's reading of eq. (6)
+    after Rath et al.) or ``"pointwise"`` (all factors at one position, channels only: the
+    exactly scale-invariant variant; needs ``C_in >= 2``)."""
     output: str = "ratio"
-    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    """What each pair outputs, one of :data:`invjax.ops.ii.MONOMIAL_OUTPUTS`: ``"ratio"`` (eq.
+    6's ``A``) or ``"log"`` (``log A``: exact where ``A`` is, per pair ``A``'s relative change
+    otherwise; what a following dense layer can learn from). Pruned pairs output 0 either
+    way."""
+    precision: str | None = None
+    """The arithmetic of the products: a mode of :mod:`invjax.precision` (``"highest"``,
+    ``"default"``, ``"bf16"``, ``"exact_fast"``, or a CPU emulation); ``None``: JAX's default
+    matmul precision."""
     layout: str = "pairs"
+    """One of :data:`MONOMIAL_LAYOUTS`. ``"pairs"``: ``n_pairs`` pairs whose factors read any
+    channel, one feature per pair, ``[B, n_pairs]``. ``"channels"`` (Table 7's "Scale-II 95 ->
+    95"): eq. (6) as written, a monomial of one map, applied to each channel's map with
+    ``n_pairs`` one-channel pairs shared by all channels; channel ``c``'s feature is the mean
+    over the active pairs ``j`` of its ``log A_cj`` (``A_cj`` for ``output='ratio'``),
+    ``[B, C_in]``, and pruning removes pairs from every channel's mean (``docs/monomials.md``)."""
     divisor: str = "random"
+    """How a pair's divisor is drawn, one of :data:`invjax.ops.ii.MONOMIAL_DIVISORS`:
+    ``"random"`` (like the dividend, then normalised to its order) or ``"power"`` (``x_c(t)^K``,
+    the dividend's first channel at one position raised to its order ``K``)."""
 
     def pairs(self, n_channels: int) -> ops.MonomialPairs:
         """The pairs this layer draws for ``n_channels`` inputs (one-channel pairs for
@@ -362,8 +436,9 @@ class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):
             )
 
     def integrate(self, x, mask):
-        """``(y, terms)``: the layer's output for ``x [B, H, W, C_in]`` with the pairs' ``mask
-        [P]``, and for ``layout='channels'`` the per-pair terms ``[B, C_in, P]`` (else None)."""
+        """``(y, terms)``: the layer's output for ``x [B, H, W, C_in]`` with the pairs'
+        ``mask [P]``, and for ``layout='channels'`` the per-pair terms ``[B, C_in, P]`` (else
+        None)."""
         pairs = self.pairs(int(x.shape[-1]))
         if self.layout == "channels":
             return self._channels(x, pairs, mask)
@@ -432,14 +507,21 @@ class MixedPooling(nn.Module):
     channel-major (feature ``c * H'W' + position``, as PyTorch's ``view`` of ``[B, C, H', W']``).
 
     Shapes: ``[B, H, W, C] -> [B, C * H' * W']`` (``C * 4`` for the 14 x 14 Scaled-MNIST maps).
-    ``momentum=0.9`` and ``epsilon=1e-5`` are PyTorch's BatchNorm defaults.
     """
 
     max_window: int = 7
+    """Window of the stride-1 max pooling (no padding), in pixels (an integer >= 1; DISCO's
+    7)."""
     avg_window: int = 2
+    """Window of the average pooling (no padding), in pixels (an integer >= 1; DISCO's 2)."""
     avg_stride: int = 4
+    """Stride of the average pooling, in pixels (an integer >= 1; DISCO's 4)."""
     momentum: float = 0.9
+    """Decay of the batch norm's running statistics, in Flax's convention
+    ``running = momentum * running + (1 - momentum) * batch``; 0.9 is PyTorch's default (its
+    ``momentum=0.1`` weighs the batch)."""
     epsilon: float = 1e-5
+    """Added to the batch norm's variance before the square root; 1e-5 is PyTorch's default."""
 
     @nn.compact
     def __call__(self, x, train: bool = False):

@@ -85,22 +85,48 @@ def _expanded_arrays(layer: nn.Module, x, expand) -> dict:
 class ScaleLiftConv(Exportable, Precise, nn.Module):
     """Lifting scale convolution ``[B, H, W, Cin] -> [B, H', W', S, features]`` (SESN Z2 -> H).
 
-    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}`` (one einsum, then one conv2d, one
-    product of spectra (``lowering='fft'``) or one matrix product over gathered taps
-    (``'im2col'``); ``'auto'`` picks per shape and backend:
-    :func:`invjax.ops.scale.lift_lowering`; speed only, the same results).
+    ``y[s, o] = sum_i x[i] * sum_f w[i, o, f] psi_{s, f}``: one einsum expands the coefficients
+    ``w [Cin, features, F]`` into the filters of all scales, then one convolution (``lowering``).
     """
 
     features: int
+    """Number of output channels ``C_out`` at each scale: the output is ``[B, H', W', S, features]``
+    (an integer >= 1)."""
     kernel_size: int = 5
+    """Filter size ``k`` in taps (odd): every scale's filter is sampled on the ``k x k`` grid, the
+    largest scale's on all of it (5 in the WRN streams, 15 in the Scaled-MNIST networks)."""
     effective_size: int = 3
+    """Size of the filter at scale 1, ``1 <= effective_size <= kernel_size``: the basis has
+    ``F = effective_size ** 2`` functions, the coefficients per pair of channels."""
     scales: Sequence[float] = DEFAULT_SCALES
+    """The ``S`` scales ``s_i``, relative to the smallest: strictly increasing, starting at
+    ``1.0``. Default :data:`invjax.groups.DEFAULT_SCALES` ``(1, sqrt 2, 2)``, the WRN streams';
+    the Scaled-MNIST networks use ``2 ** (i / 3)``, ``i < 4``."""
     basis: str = "disco"
+    """The scale-steerable basis, one of :data:`invjax.bases.scale.BASES`: ``"disco"`` (DISCO's
+    fitted basis, shipped data), ``"hermite"`` (SESN's Hermite basis), or the type-B kinds of
+    SESN's and DISCO's Scaled-MNIST networks, ``"hermite_b"``, ``"disco_b"``, ``"disco_b_plus"``."""
     stride: int = 1
+    """1 (``SAME`` output, ``H x W``) or 2 (output ``ceil(H / 2) x ceil(W / 2)`` by the
+    grid-symmetric rule of :mod:`invjax.ops.conv`)."""
     use_bias: bool = False
-    base_sigma: float | None = None  # Hermite only
-    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
-    lowering: str = "auto"  # invjax.ops.lowering.LOWERINGS (speed only, the same results)
+    """Add a learnt bias ``[features]``, the same at every scale (which keeps the layer
+    equivariant)."""
+    base_sigma: float | None = None
+    """Gaussian width of the Hermite functions at scale 1, in pixels: ``None`` gives
+    :func:`invjax.bases.scale.default_base_sigma` (0.9 for ``effective_size=3``) for
+    ``"hermite"`` and the named width for the type-B kinds; ``"disco"`` takes none (its basis is
+    fixed by its data file)."""
+    precision: str | None = None
+    """The arithmetic of the basis expansion and the convolution: a mode of
+    :mod:`invjax.precision` (``"highest"``, ``"default"``, ``"bf16"``, ``"exact_fast"``, or a CPU
+    emulation); ``None``: JAX's default matmul precision."""
+    lowering: str = "auto"
+    """How the convolution is computed, a name of :data:`invjax.ops.lowering.LOWERINGS`: the lift
+    is one convolution, by ``"fft"`` (products of spectra) or ``"im2col"`` (one matrix product
+    over the gathered taps), both stride 1, or directly for any other name; ``"auto"`` picks per
+    shape and backend (:func:`invjax.ops.scale.lift_lowering`). Speed and memory only: every
+    lowering gives the same results."""
 
     @nn.compact
     def __call__(self, x):
@@ -147,25 +173,54 @@ class ScaleLiftConv(Exportable, Precise, nn.Module):
 class ScaleConv(Exportable, Precise, nn.Module):
     """Scale convolution ``[B, H, W, S, Cin] -> [B, H', W', S, features]`` (SESN H -> H).
 
-    Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest).
-    ``lowering`` (:data:`invjax.ops.lowering.LOWERINGS`) picks how the convolution is lowered
-    (:func:`invjax.ops.scale.scale_conv`); it changes speed, not parameters or results.
-    ``'auto'`` is per layer (:func:`invjax.ops.lowering.choose_lowering`): on CPU by FFT where the
-    kernel is large against the map, else per-scale over each scale's non-zero taps; per-scale
-    on GPU (measured faster on both), grouped elsewhere.
+    Output scale ``s`` mixes input scales ``s .. s + scale_size - 1`` (zeros past the largest)
+    with the filter expanded at scale ``s``.
     """
 
     features: int
+    """Number of output channels ``C_out`` at each scale: the output is ``[B, H', W', S, features]``
+    (an integer >= 1)."""
     scale_size: int = 1
+    """How many neighbouring input scales each output scale mixes, ``1 <= scale_size <= S``:
+    output scale ``s`` reads input scales ``s .. s + scale_size - 1`` (zeros past the largest).
+    The coefficients are ``[Cin, features, scale_size, F]``."""
     kernel_size: int = 5
+    """Filter size ``k`` in taps (odd): every scale's filter is sampled on the ``k x k`` grid, the
+    largest scale's on all of it (5 in the WRN streams, 15 in the Scaled-MNIST networks)."""
     effective_size: int = 3
+    """Size of the filter at scale 1, ``1 <= effective_size <= kernel_size``: the basis has
+    ``F = effective_size ** 2`` functions, the coefficients per pair of channels."""
     scales: Sequence[float] = DEFAULT_SCALES
+    """The ``S`` scales ``s_i``, relative to the smallest: strictly increasing, starting at
+    ``1.0``. Default :data:`invjax.groups.DEFAULT_SCALES` ``(1, sqrt 2, 2)``, the WRN streams';
+    the Scaled-MNIST networks use ``2 ** (i / 3)``, ``i < 4``."""
     basis: str = "disco"
+    """The scale-steerable basis, one of :data:`invjax.bases.scale.BASES`: ``"disco"`` (DISCO's
+    fitted basis, shipped data), ``"hermite"`` (SESN's Hermite basis), or the type-B kinds of
+    SESN's and DISCO's Scaled-MNIST networks, ``"hermite_b"``, ``"disco_b"``, ``"disco_b_plus"``."""
     stride: int = 1
+    """1 (``SAME`` output, ``H x W``) or 2 (output ``ceil(H / 2) x ceil(W / 2)`` by the
+    grid-symmetric rule of :mod:`invjax.ops.conv`)."""
     use_bias: bool = False
+    """Add a learnt bias ``[features]``, the same at every scale (which keeps the layer
+    equivariant)."""
     base_sigma: float | None = None
+    """Gaussian width of the Hermite functions at scale 1, in pixels: ``None`` gives
+    :func:`invjax.bases.scale.default_base_sigma` (0.9 for ``effective_size=3``) for
+    ``"hermite"`` and the named width for the type-B kinds; ``"disco"`` takes none (its basis is
+    fixed by its data file)."""
     lowering: str = "auto"
-    precision: str | None = None  # arithmetic of the products (invjax.precision; None: JAX's)
+    """How the convolution is computed, a name of :data:`invjax.ops.lowering.LOWERINGS`
+    (:func:`invjax.ops.scale.scale_conv`): ``"grouped"``, ``"per_scale"``,
+    ``"per_scale_compact"`` (only the taps each scale's basis makes non-zero), ``"fft"``,
+    ``"im2col"`` or ``"auto"``, chosen per layer (:func:`invjax.ops.lowering.choose_lowering`):
+    on CPU by FFT where the kernel is large against the map, else per scale over each scale's
+    non-zero taps; per scale on GPU (measured faster on both), grouped elsewhere. It changes
+    speed and memory, not the parameters or the results."""
+    precision: str | None = None
+    """The arithmetic of the basis expansion and the convolutions: a mode of
+    :mod:`invjax.precision` (``"highest"``, ``"default"``, ``"bf16"``, ``"exact_fast"``, or a CPU
+    emulation); ``None``: JAX's default matmul precision."""
 
     @nn.compact
     def __call__(self, x):
@@ -234,12 +289,15 @@ class ScaleBatchNorm(Exportable, nn.Module):
 
     Statistics are taken over batch, space and all scales, so the same affine map acts at every
     scale and the layer commutes with shifts along the scale axis. Variables follow Flax's
-    BatchNorm: ``params`` ``scale``, ``bias``; ``batch_stats`` ``mean``, ``var``
-    (``running = momentum * running + (1 - momentum) * batch``).
+    BatchNorm: ``params`` ``scale``, ``bias``; ``batch_stats`` ``mean``, ``var`` (``[C]`` each).
     """
 
     momentum: float = 0.9
+    """Decay of the running statistics, in ``[0, 1)``, as Flax's:
+    ``running = momentum * running + (1 - momentum) * batch``."""
     epsilon: float = 1e-5
+    """Added to the variance before the square root (``> 0``):
+    ``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` per channel."""
 
     @nn.compact
     def __call__(self, x, train: bool):
@@ -308,9 +366,9 @@ def lowering_choice(layer: nn.Module, x_shape) -> str:
 def describe_lowerings(model: nn.Module, x_shape, **call_kwargs) -> str:
     """One line naming how each scale convolution of ``model`` is lowered on this backend for
     inputs of ``x_shape`` (traced abstractly: ``jax.eval_shape`` of ``model.init``, no compute),
-    e.g. ``scale convolutions (cpu): conv1 lift 1->32 on 56x56 k15: fft; conv2 32->63 on 28x28
-    k15: fft``; ``""`` for a model without any. ``call_kwargs`` go to the model's ``__call__``
-    (e.g. ``train=False``)."""
+    e.g. ``scale convolutions (cpu): conv1 lift 1->32 on 56x56 k15: fft;``
+    ``conv2 32->63 on 28x28 k15: fft``; ``""`` for a model without any. ``call_kwargs`` go to the
+    model's ``__call__`` (e.g. ``train=False``)."""
     found = []
 
     def record(next_fun, args, kwargs, context):
