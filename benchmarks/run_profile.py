@@ -43,7 +43,7 @@ from launch.studies import plan as study_plan  # noqa: E402
 from launch.studies.digits import STUDY  # noqa: E402
 
 TIMED = {
-    # _Loop method -> part of the run
+    # Trainer method -> part of the run
     "consume": "train steps (waiting for each step's metrics)",
     "epoch_end": "epoch ends (records, validation)",
     "save": "checkpoint saves",
@@ -167,11 +167,11 @@ def main(argv=None) -> int:
 
         return wrapper
 
-    originals = {name: getattr(loop._Loop, name) for name in (*TIMED, "__init__", "certificate")}
+    originals = {name: getattr(loop.Trainer, name) for name in (*TIMED, "__init__", "certificate")}
     for name in TIMED:
-        setattr(loop._Loop, name, timed(name, originals[name]))
-    loop._Loop.__init__ = timed("__init__", originals["__init__"])
-    loop._Loop.certificate = timed("certificate", originals["certificate"])
+        setattr(loop.Trainer, name, timed(name, originals[name]))
+    loop.Trainer.__init__ = timed("__init__", originals["__init__"])
+    loop.Trainer.certificate = timed("certificate", originals["certificate"])
     workdir = tempfile.mkdtemp(prefix="invjax-profile-")
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(open(os.devnull, "w")):

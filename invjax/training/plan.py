@@ -226,15 +226,23 @@ def scaled_schedule(model_config, scale: float) -> dict:
         return {}
     scaled = model.scaled_schedule(scale)
     names = [f.name for f in dataclasses.fields(model) if f.name not in ("parent", "name")]
-    changed = {n: getattr(scaled, n) for n in names if getattr(scaled, n) != getattr(model, n)}
+    changed = {n: getattr(scaled, n) for n in names if _differ(scaled, model, n)}
     if changed:
         again = models.build(_with(model_config, changed))
-        if any(getattr(again, n) != getattr(scaled, n) for n in names):
+        if any(_differ(again, scaled, n) for n in names):
             raise ValueError(
                 f"model {model_config.get('name')!r}: its epoch schedule scaled by "
                 f"{scale:g} ({changed}) cannot be recorded in config.model"
             )
     return changed
+
+
+def _differ(a, b, field: str) -> bool:
+    x, y = getattr(a, field), getattr(b, field)
+    try:
+        return bool(x != y)
+    except (TypeError, ValueError):  # arrays: compared by identity
+        return x is not y
 
 
 def _with(section, values: dict):
