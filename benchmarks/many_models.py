@@ -3,6 +3,7 @@
     python benchmarks/many_models.py                                # digits_std, seeds 0,1,2
     python benchmarks/many_models.py --config=configs/digits_scale.py --n-train=100
     python benchmarks/many_models.py --platform=gpu --strategies=loop,vmap   # on a GPU
+    python benchmarks/many_models.py --config=configs/digits_cnn.py --seeds=0,1,2,3 --repeat=3
 
 Side by side in one invocation, each arm a fresh ``python -m invjax.main`` in its own workdir
 with the persistent compilation cache off (every arm compiles what it needs, as a first run):
@@ -16,9 +17,12 @@ models), each compiled first (time printed), then ``--steps`` timed steps of all
 two warm-up steps, on one fixed batch per model.
 
 Prints each process's wall time as it ends (a run stopped by a time limit still reports), then
-each arm's (process start to exit), the ratio ``separate / one`` (> 1: the one program is
-faster), and each seed's test error per arm (the 'loop' arm equals the separate
-runs up to float32 rounding; 'vmap' too, with a different summation order). ``--json`` writes
+each arm's (process start to exit), the time ratio ``one / separate`` (< 1: the one program is
+faster) and its inverse, and each seed's test error per arm. ``--repeat=N`` runs the arms N
+times in turn (every other repetition in reverse order) and prints the medians: each ratio is
+taken within a repetition, whose arms ran next to each other, so a drift in a shared machine's
+speed does not move it much. The 'loop' arm's errors equal the separate runs' (the same
+compiled step); 'vmap''s up to float32 rounding (another summation order). ``--json`` writes
 the figures. The machine this runs on may be shared: quote ratios, measured side by side.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,18 +69,10 @@ def _error(workdir: str) -> float:
         return float(json.load(f)["test_error"])
 
 
-def per_step(args, seeds) -> dict:
-    """ms per step of all K models, 'loop' against 'vmap' (module docstring)."""
-    sys.path.insert(0, REPO)
-    os.environ["JAX_PLATFORMS"] = PLATFORMS[args.platform]
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from invjax import compilation_cache, configs, parallel
-    from invjax.training import lockstep, many
-    from invjax.training.state import initial_state, state_factory
-    from invjax.training.steps import with_stats
+def _experiments(args, seeds) -> list:
+    """The prepared experiments of the K models of ``args.config`` (``--per-step``)."""
+    from invjax import compilation_cache, configs
+    from invjax.training import many
 
     compilation_cache.enable("off")
     config = configs.load(os.path.join(REPO, args.config))
@@ -91,7 +88,23 @@ def per_step(args, seeds) -> dict:
         node[last] = type(node[last])(value) if node[last] is not None else value
     config.seeds = tuple(seeds)
     mplan = many.check(config, tempfile.mkdtemp(prefix="invjax-per-step-"))
-    exps = [p.stages[0].experiment for p in mplan.plans]
+    return [p.stages[0].experiment for p in mplan.plans]
+
+
+def per_step(args, seeds) -> dict:
+    """ms per step of all K models, 'loop' against 'vmap' (module docstring)."""
+    sys.path.insert(0, REPO)
+    os.environ["JAX_PLATFORMS"] = PLATFORMS[args.platform]
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from invjax import parallel
+    from invjax.training import lockstep
+    from invjax.training.state import initial_state, state_factory
+    from invjax.training.steps import with_stats
+
+    exps = _experiments(args, seeds)
     shared = lockstep.SharedSteps(exps[0])
     states, batches = [], []
     for k, exp in zip(seeds, exps):
@@ -178,6 +191,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--per-step", action="store_true", help="time the train step alone")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (--per-step)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="repetitions of the arms, in turn (medians)"
+    )
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.per_step:
@@ -188,44 +204,70 @@ def main(argv=None) -> int:
         return 0
     strategies = [s for s in args.strategies.split(",") if s]
     root = tempfile.mkdtemp(prefix="invjax-many-")
-    arms: dict[str, dict] = {}
+    names = ["separate", *(f"one/{s}" for s in strategies)]
+    walls: dict[str, list[float]] = {name: [] for name in names}
+    errors: dict[str, dict] = {}
+    for rep in range(args.repeat):
+        # the arms in turn, the order reversed every other repetition, so that a drift in the
+        # machine's speed falls on both sides of every ratio
+        for name in names if rep % 2 == 0 else names[::-1]:
+            wall, errors[name] = _arm(args, seeds, name, os.path.join(root, f"r{rep}"))
+            walls[name].append(wall)
+            print(f"repetition {rep + 1}: {name}: {wall:.1f} s", flush=True)
+    _report(args, seeds, walls, errors)
+    return 0
 
-    t = 0.0
-    errors = {}
-    for k in seeds:
-        wd = os.path.join(root, "separate", f"seed_{k}")
-        wall = _run(args, wd, [f"--config.seed={k}"])
-        t += wall
-        errors[k] = _error(wd)
-        # each process as it ends, so that a run stopped by a time limit still says something
-        print(f"separate seed {k}: {wall:.1f} s", flush=True)
-    arms["separate"] = {"wall_s": t, "test_errors": errors}
-    for strategy in strategies:
-        wd = os.path.join(root, f"one_{strategy}")
-        extra = [
-            f"--config.seeds={','.join(map(str, seeds))}",
-            f"--config.seeds_strategy={strategy}",
-        ]
-        wall = _run(args, wd, extra)
-        errs = {k: _error(os.path.join(wd, f"seed_{k}")) for k in seeds}
-        arms[f"one/{strategy}"] = {"wall_s": wall, "test_errors": errs}
-        print(f"one/{strategy}: {wall:.1f} s", flush=True)
 
-    base = arms["separate"]["wall_s"]
+def _arm(args, seeds, name: str, root: str) -> tuple[float, dict]:
+    """One arm's wall time (its processes, start to exit) and each seed's test error."""
+    if name == "separate":
+        t, errs = 0.0, {}
+        for k in seeds:
+            wd = os.path.join(root, "separate", f"seed_{k}")
+            wall = _run(args, wd, [f"--config.seed={k}"])
+            t += wall
+            errs[k] = _error(wd)
+            # each process as it ends, so that a run stopped by a time limit still says something
+            print(f"separate seed {k}: {wall:.1f} s", flush=True)
+        return t, errs
+    strategy = name.split("/", 1)[1]
+    wd = os.path.join(root, f"one_{strategy}")
+    extra = [
+        f"--config.seeds={','.join(map(str, seeds))}",
+        f"--config.seeds_strategy={strategy}",
+    ]
+    wall = _run(args, wd, extra)
+    return wall, {k: _error(os.path.join(wd, f"seed_{k}")) for k in seeds}
+
+
+def _report(args, seeds, walls: dict, errors: dict) -> None:
+    """Each arm's median wall time, and the medians of the ratios taken repetition by
+    repetition (the arms of one repetition ran next to each other)."""
+    base = walls["separate"]
     print(
         f"{args.config}, N_t={args.n_train}, {args.epochs} epochs, K={len(seeds)} (seeds "
-        f"{args.seeds}), platform {args.platform}, compilation cache off"
+        f"{args.seeds}), platform {args.platform}, compilation cache off, "
+        f"{args.repeat} repetition(s), medians"
     )
-    print(f"{'arm':<12} {'wall s':>8} {'separate/arm':>13}  test errors %")
-    for name, arm in arms.items():
-        ratio = base / arm["wall_s"]
-        arm["speedup"] = ratio
-        errs = " ".join(f"{arm['test_errors'][k]:.2f}" for k in seeds)
-        print(f"{name:<12} {arm['wall_s']:8.1f} {ratio:13.2f}  {errs}")
+    print(f"{'arm':<12} {'wall s':>8} {'arm/separate':>13} {'separate/arm':>13}  test errors %")
+    arms = {}
+    for name, times in walls.items():
+        time_ratio = statistics.median(t / b for t, b in zip(times, base))
+        speedup = statistics.median(b / t for t, b in zip(times, base))
+        arms[name] = {
+            "wall_s": times,
+            "median_wall_s": statistics.median(times),
+            "time_ratio": time_ratio,
+            "speedup": speedup,
+            "test_errors": errors[name],
+        }
+        errs = " ".join(f"{errors[name][k]:.2f}" for k in seeds)
+        print(
+            f"{name:<12} {statistics.median(times):8.1f} {time_ratio:13.2f} {speedup:13.2f}  {errs}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "arms": arms}, f, indent=2)
-    return 0
 
 
 if __name__ == "__main__":
