@@ -117,7 +117,8 @@ def _study_config(args, seeds):
     return config, train
 
 
-def main(argv=None) -> int:
+def _parse(argv):
+    """The arguments, the seeds and the study's run: ``(args, seeds, config, train)``."""
     ap = _Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", default="scale_iiws_disco", help="a network of the digits study")
     ap.add_argument("--dataset", default="scaled_digits")
@@ -145,7 +146,47 @@ def main(argv=None) -> int:
         config, train = _study_config(args, seeds)
     except ValueError as e:
         ap.error(str(e))
+    return args, seeds, config, train
 
+
+def _report(args, config, train, results, spent, calls, t_prep: float, total: float) -> None:
+    """Each part's seconds and share of the run, the calls and the images per second."""
+    first = sum(r["first_step_s"] or 0.0 for r in results)
+    k = len(results)
+    steps = sum(r["steps"] for r in results)
+    images = steps * train["batch_size"]
+    parts = [
+        ("preparation (data, model check, optimiser)", t_prep),
+        ("loop set-up (state init, checkpoint manager)", spent["__init__"]),
+        ("first step: compilation + first update (all models)", None),
+        *((label, spent[name]) for name, label in TIMED.items() if name != "finish"),
+        ("final evaluation + results", spent["finish"] - spent["certificate"]),
+        ("certificate", spent["certificate"]),
+    ]
+    accounted = t_prep + sum(spent[n] for n in (*TIMED, "__init__"))
+    print(
+        f"{args.family} on {args.dataset}, N_t={args.n_train}, {train['num_epochs']} epochs x "
+        f"{-(-(args.n_train or STUDY.n_all) // train['batch_size'])} steps "
+        f"(batch {train['batch_size']}), "
+        f"eval every {config.train.eval_every_epochs} epochs, checkpoint every "
+        f"{config.train.checkpoint_every_epochs} epoch(s)"
+        f"; {k} model(s); total {total:.1f} s"
+    )
+    for label, s in parts:
+        if s is None:
+            print(f"  {label:<56} {first:7.1f} s (first_step_s, inside the parts below)")
+        else:
+            print(f"  {label:<56} {s:7.1f} s  {100 * s / total:5.1f}%")
+    print(f"  {'rest (Python around the steps, dispatch)':<56} {total - accounted:7.1f} s")
+    print(f"  calls: {dict(calls)}")
+    print(
+        f"  images/s: whole run {images / total:.1f}; steps alone "
+        f"{images / max(spent['consume'] + total - accounted, 1e-9):.1f}"
+    )
+
+
+def main(argv=None) -> int:
+    args, seeds, config, train = _parse(argv)
     from invjax import compilation_cache
 
     compilation_cache.enable("off")
@@ -190,38 +231,7 @@ def main(argv=None) -> int:
             print(f"invjax: error: the run failed: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
     total = time.perf_counter() - t0
-    first = sum(r["first_step_s"] or 0.0 for r in results)
-    k = len(results)
-    steps = sum(r["steps"] for r in results)
-    images = steps * train["batch_size"]
-    parts = [
-        ("preparation (data, model check, optimiser)", t_prep),
-        ("loop set-up (state init, checkpoint manager)", spent["__init__"]),
-        ("first step: compilation + first update (all models)", None),
-        *((label, spent[name]) for name, label in TIMED.items() if name != "finish"),
-        ("final evaluation + results", spent["finish"] - spent["certificate"]),
-        ("certificate", spent["certificate"]),
-    ]
-    accounted = t_prep + sum(spent[n] for n in (*TIMED, "__init__"))
-    print(
-        f"{args.family} on {args.dataset}, N_t={args.n_train}, {train['num_epochs']} epochs x "
-        f"{-(-(args.n_train or STUDY.n_all) // train['batch_size'])} steps "
-        f"(batch {train['batch_size']}), "
-        f"eval every {config.train.eval_every_epochs} epochs, checkpoint every "
-        f"{config.train.checkpoint_every_epochs} epoch(s)"
-        f"; {k} model(s); total {total:.1f} s"
-    )
-    for label, s in parts:
-        if s is None:
-            print(f"  {label:<56} {first:7.1f} s (first_step_s, inside the parts below)")
-        else:
-            print(f"  {label:<56} {s:7.1f} s  {100 * s / total:5.1f}%")
-    print(f"  {'rest (Python around the steps, dispatch)':<56} {total - accounted:7.1f} s")
-    print(f"  calls: {dict(calls)}")
-    print(
-        f"  images/s: whole run {images / total:.1f}; steps alone "
-        f"{images / max(spent['consume'] + total - accounted, 1e-9):.1f}"
-    )
+    _report(args, config, train, results, spent, calls, t_prep, total)
     return 0
 
 
