@@ -3,6 +3,7 @@
     python benchmarks/many_models.py                                # digits_std, seeds 0,1,2
     python benchmarks/many_models.py --config=configs/digits_scale.py --n-train=100
     python benchmarks/many_models.py --platform=gpu --strategies=loop,vmap   # on a GPU
+    python benchmarks/many_models.py --config=configs/digits_cnn.py --seeds=0,1,2,3 --repeat=3
 
 Side by side in one invocation, each arm a fresh ``python -m invjax.main`` in its own workdir
 with the persistent compilation cache off (every arm compiles what it needs, as a first run):
@@ -16,10 +17,15 @@ models), each compiled first (time printed), then ``--steps`` timed steps of all
 two warm-up steps, on one fixed batch per model.
 
 Prints each process's wall time as it ends (a run stopped by a time limit still reports), then
-each arm's (process start to exit), the ratio ``separate / one`` (> 1: the one program is
-faster), and each seed's test error per arm (the 'loop' arm equals the separate
-runs up to float32 rounding; 'vmap' too, with a different summation order). ``--json`` writes
-the figures. The machine this runs on may be shared: quote ratios, measured side by side.
+each arm's wall and CPU seconds (process start to exit; CPU = user + system, what the arm
+computed, where a shared machine's wall time is mostly waiting for a core), the ratios
+``one / separate`` of both (< 1: the one program is faster), and each seed's test error per
+arm. ``--repeat=N`` runs the arms N times in turn (every other repetition in reverse order) and
+prints medians: each ratio is taken within a repetition, whose arms ran next to each other, so
+a drift in a shared machine's speed does not move it much. The 'loop' arm's errors equal the
+separate runs' (the same compiled step); 'vmap''s up to float32 rounding (another summation
+order). ``--json`` writes the figures. The machine this runs on may be shared: quote ratios,
+measured side by side.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,12 +59,20 @@ def _run(args, workdir: str, extra: list[str]) -> float:
         *extra,
     ]
     env = dict(os.environ, JAX_PLATFORMS=PLATFORMS[args.platform])
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _children_cpu()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, _children_cpu() - c
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return wall
+    return wall, cpu
+
+
+def _children_cpu() -> float:
+    """User + system seconds of this process's finished children (the operating system's own
+    accounting): on a machine shared with other jobs a process's wall time is mostly its wait
+    for a core, its CPU time is its work."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _error(workdir: str) -> float:
@@ -64,18 +80,10 @@ def _error(workdir: str) -> float:
         return float(json.load(f)["test_error"])
 
 
-def per_step(args, seeds) -> dict:
-    """ms per step of all K models, 'loop' against 'vmap' (module docstring)."""
-    sys.path.insert(0, REPO)
-    os.environ["JAX_PLATFORMS"] = PLATFORMS[args.platform]
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from invjax import compilation_cache, configs, parallel
-    from invjax.training import lockstep, many
-    from invjax.training.state import initial_state, state_factory
-    from invjax.training.steps import with_stats
+def _experiments(args, seeds) -> list:
+    """The prepared experiments of the K models of ``args.config`` (``--per-step``)."""
+    from invjax import compilation_cache, configs
+    from invjax.training import many
 
     compilation_cache.enable("off")
     config = configs.load(os.path.join(REPO, args.config))
@@ -91,7 +99,41 @@ def per_step(args, seeds) -> dict:
         node[last] = type(node[last])(value) if node[last] is not None else value
     config.seeds = tuple(seeds)
     mplan = many.check(config, tempfile.mkdtemp(prefix="invjax-per-step-"))
-    exps = [p.stages[0].experiment for p in mplan.plans]
+    return [p.stages[0].experiment for p in mplan.plans]
+
+
+def _time_steps(fn, state, steps: int) -> dict:
+    """Compilation + first step, then ``steps`` timed steps after a warm-up step."""
+    import jax
+
+    t = time.perf_counter()
+    state = fn(state)
+    jax.block_until_ready(state)
+    compile_s = time.perf_counter() - t
+    state = fn(state)
+    jax.block_until_ready(state)
+    t = time.perf_counter()
+    for _ in range(steps):
+        state = fn(state)
+    jax.block_until_ready(state)
+    ms = 1000 * (time.perf_counter() - t) / steps
+    return {"compile_and_first_s": compile_s, "ms_per_step_all_models": ms}
+
+
+def per_step(args, seeds) -> dict:
+    """ms per step of all K models, 'loop' against 'vmap' (module docstring)."""
+    sys.path.insert(0, REPO)
+    os.environ["JAX_PLATFORMS"] = PLATFORMS[args.platform]
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from invjax import parallel
+    from invjax.training import lockstep
+    from invjax.training.state import initial_state, state_factory
+    from invjax.training.steps import with_stats
+
+    exps = _experiments(args, seeds)
     shared = lockstep.SharedSteps(exps[0])
     states, batches = [], []
     for k, exp in zip(seeds, exps):
@@ -131,26 +173,9 @@ def per_step(args, seeds) -> dict:
         stacked, _ = vstep(stacked, vx, vy, mean, std)
         return stacked
 
-    for name, fn, state in (
-        ("loop", run_loop, list(states)),
-        (
-            "vmap",
-            run_vmap,
-            jax.device_put(jax.tree.map(lambda *a: jnp.stack(a), *states), stacked_sharding),
-        ),
-    ):
-        t = time.perf_counter()
-        state = fn(state)
-        jax.block_until_ready(state)
-        compile_s = time.perf_counter() - t
-        state = fn(state)
-        jax.block_until_ready(state)
-        t = time.perf_counter()
-        for _ in range(args.steps):
-            state = fn(state)
-        jax.block_until_ready(state)
-        ms = 1000 * (time.perf_counter() - t) / args.steps
-        out[name] = {"compile_and_first_s": compile_s, "ms_per_step_all_models": ms}
+    stacked = jax.device_put(jax.tree.map(lambda *a: jnp.stack(a), *states), stacked_sharding)
+    for name, fn, state in (("loop", run_loop, list(states)), ("vmap", run_vmap, stacked)):
+        out[name] = _time_steps(fn, state, args.steps)
     print(
         f"{args.config}, K={len(seeds)}, batch {exps[0].config.train.batch_size} per model, "
         f"{jax.default_backend()} ({jax.device_count()} device(s)), {args.steps} timed steps"
@@ -178,6 +203,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--per-step", action="store_true", help="time the train step alone")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (--per-step)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="repetitions of the arms, in turn (medians)"
+    )
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.per_step:
@@ -188,44 +216,73 @@ def main(argv=None) -> int:
         return 0
     strategies = [s for s in args.strategies.split(",") if s]
     root = tempfile.mkdtemp(prefix="invjax-many-")
-    arms: dict[str, dict] = {}
+    names = ["separate", *(f"one/{s}" for s in strategies)]
+    times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
+    errors: dict[str, dict] = {}
+    for rep in range(args.repeat):
+        # the arms in turn, the order reversed every other repetition, so that a drift in the
+        # machine's speed falls on both sides of every ratio
+        for name in names if rep % 2 == 0 else names[::-1]:
+            wall, cpu, errors[name] = _arm(args, seeds, name, os.path.join(root, f"r{rep}"))
+            times[name]["wall"].append(wall)
+            times[name]["cpu"].append(cpu)
+            print(f"repetition {rep + 1}: {name}: {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
+    _report(args, seeds, times, errors)
+    return 0
 
-    t = 0.0
-    errors = {}
-    for k in seeds:
-        wd = os.path.join(root, "separate", f"seed_{k}")
-        wall = _run(args, wd, [f"--config.seed={k}"])
-        t += wall
-        errors[k] = _error(wd)
-        # each process as it ends, so that a run stopped by a time limit still says something
-        print(f"separate seed {k}: {wall:.1f} s", flush=True)
-    arms["separate"] = {"wall_s": t, "test_errors": errors}
-    for strategy in strategies:
-        wd = os.path.join(root, f"one_{strategy}")
-        extra = [
-            f"--config.seeds={','.join(map(str, seeds))}",
-            f"--config.seeds_strategy={strategy}",
-        ]
-        wall = _run(args, wd, extra)
-        errs = {k: _error(os.path.join(wd, f"seed_{k}")) for k in seeds}
-        arms[f"one/{strategy}"] = {"wall_s": wall, "test_errors": errs}
-        print(f"one/{strategy}: {wall:.1f} s", flush=True)
 
-    base = arms["separate"]["wall_s"]
+def _arm(args, seeds, name: str, root: str) -> tuple[float, float, dict]:
+    """One arm's wall and CPU seconds (its processes, start to exit) and each seed's test
+    error."""
+    if name == "separate":
+        wall, cpu, errs = 0.0, 0.0, {}
+        for k in seeds:
+            wd = os.path.join(root, "separate", f"seed_{k}")
+            w, c = _run(args, wd, [f"--config.seed={k}"])
+            wall, cpu = wall + w, cpu + c
+            errs[k] = _error(wd)
+            # each process as it ends, so that a run stopped by a time limit still says something
+            print(f"separate seed {k}: {w:.1f} s wall, {c:.1f} s CPU", flush=True)
+        return wall, cpu, errs
+    strategy = name.split("/", 1)[1]
+    wd = os.path.join(root, f"one_{strategy}")
+    extra = [
+        f"--config.seeds={','.join(map(str, seeds))}",
+        f"--config.seeds_strategy={strategy}",
+    ]
+    wall, cpu = _run(args, wd, extra)
+    return wall, cpu, {k: _error(os.path.join(wd, f"seed_{k}")) for k in seeds}
+
+
+def _report(args, seeds, times: dict, errors: dict) -> None:
+    """Each arm's median wall and CPU seconds, and the medians of the ratios arm / separate
+    taken repetition by repetition (the arms of one repetition ran next to each other)."""
     print(
         f"{args.config}, N_t={args.n_train}, {args.epochs} epochs, K={len(seeds)} (seeds "
-        f"{args.seeds}), platform {args.platform}, compilation cache off"
+        f"{args.seeds}), platform {args.platform}, compilation cache off, "
+        f"{args.repeat} repetition(s), medians"
     )
-    print(f"{'arm':<12} {'wall s':>8} {'separate/arm':>13}  test errors %")
-    for name, arm in arms.items():
-        ratio = base / arm["wall_s"]
-        arm["speedup"] = ratio
-        errs = " ".join(f"{arm['test_errors'][k]:.2f}" for k in seeds)
-        print(f"{name:<12} {arm['wall_s']:8.1f} {ratio:13.2f}  {errs}")
+    print(
+        f"{'arm':<12} {'wall s':>8} {'arm/separate':>13} {'CPU s':>8} {'arm/separate':>13}  "
+        "test errors %"
+    )
+    arms = {}
+    for name, t in times.items():
+        arm = {"test_errors": errors[name]}
+        for kind in ("wall", "cpu"):
+            base = times["separate"][kind]
+            arm[f"{kind}_s"] = t[kind]
+            arm[f"median_{kind}_s"] = statistics.median(t[kind])
+            arm[f"{kind}_ratio"] = statistics.median(a / b for a, b in zip(t[kind], base))
+        arms[name] = arm
+        errs = " ".join(f"{errors[name][k]:.2f}" for k in seeds)
+        print(
+            f"{name:<12} {arm['median_wall_s']:8.1f} {arm['wall_ratio']:13.2f} "
+            f"{arm['median_cpu_s']:8.1f} {arm['cpu_ratio']:13.2f}  {errs}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "arms": arms}, f, indent=2)
-    return 0
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from launch.studies import plan as study_plan  # noqa: E402
 from launch.studies.digits import STUDY  # noqa: E402
 
 TIMED = {
-    # _Loop method -> part of the run
+    # Trainer method -> part of the run
     "consume": "train steps (waiting for each step's metrics)",
     "epoch_end": "epoch ends (records, validation)",
     "save": "checkpoint saves",
@@ -117,7 +117,8 @@ def _study_config(args, seeds):
     return config, train
 
 
-def main(argv=None) -> int:
+def _parse(argv):
+    """The arguments, the seeds and the study's run: ``(args, seeds, config, train)``."""
     ap = _Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", default="scale_iiws_disco", help="a network of the digits study")
     ap.add_argument("--dataset", default="scaled_digits")
@@ -145,51 +146,11 @@ def main(argv=None) -> int:
         config, train = _study_config(args, seeds)
     except ValueError as e:
         ap.error(str(e))
+    return args, seeds, config, train
 
-    from invjax import compilation_cache
 
-    compilation_cache.enable("off")
-    from invjax.training import loop, many
-    from invjax.training import plan as plan_lib
-
-    spent: dict[str, float] = collections.defaultdict(float)
-    calls: dict[str, int] = collections.Counter()
-
-    def timed(name, fn):
-        @functools.wraps(fn)
-        def wrapper(*a, **k):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                spent[name] += time.perf_counter() - t
-                calls[name] += 1
-
-        return wrapper
-
-    originals = {name: getattr(loop._Loop, name) for name in (*TIMED, "__init__", "certificate")}
-    for name in TIMED:
-        setattr(loop._Loop, name, timed(name, originals[name]))
-    loop._Loop.__init__ = timed("__init__", originals["__init__"])
-    loop._Loop.certificate = timed("certificate", originals["certificate"])
-    workdir = tempfile.mkdtemp(prefix="invjax-profile-")
-    t0 = time.perf_counter()
-    with contextlib.redirect_stdout(open(os.devnull, "w")):
-        try:  # bad input found while preparing: refused before any compute
-            prepared = many.check(config, workdir) if seeds else plan_lib.check(config, workdir)
-        except ValueError as e:
-            print(f"invjax: error: {e}", file=sys.stderr)
-            return 2
-        t_prep = time.perf_counter() - t0
-        try:
-            if seeds:
-                results = list(many.execute(prepared)["results"].values())
-            else:
-                results = [plan_lib.execute(prepared)]
-        except Exception as e:  # noqa: BLE001  (one line for the user, whatever failed)
-            print(f"invjax: error: the run failed: {type(e).__name__}: {e}", file=sys.stderr)
-            return 1
-    total = time.perf_counter() - t0
+def _report(args, config, train, results, spent, calls, t_prep: float, total: float) -> None:
+    """Each part's seconds and share of the run, the calls and the images per second."""
     first = sum(r["first_step_s"] or 0.0 for r in results)
     k = len(results)
     steps = sum(r["steps"] for r in results)
@@ -222,6 +183,55 @@ def main(argv=None) -> int:
         f"  images/s: whole run {images / total:.1f}; steps alone "
         f"{images / max(spent['consume'] + total - accounted, 1e-9):.1f}"
     )
+
+
+def main(argv=None) -> int:
+    args, seeds, config, train = _parse(argv)
+    from invjax import compilation_cache
+
+    compilation_cache.enable("off")
+    from invjax.training import loop, many
+    from invjax.training import plan as plan_lib
+
+    spent: dict[str, float] = collections.defaultdict(float)
+    calls: dict[str, int] = collections.Counter()
+
+    def timed(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t
+                calls[name] += 1
+
+        return wrapper
+
+    originals = {name: getattr(loop.Trainer, name) for name in (*TIMED, "__init__", "certificate")}
+    for name in TIMED:
+        setattr(loop.Trainer, name, timed(name, originals[name]))
+    loop.Trainer.__init__ = timed("__init__", originals["__init__"])
+    loop.Trainer.certificate = timed("certificate", originals["certificate"])
+    workdir = tempfile.mkdtemp(prefix="invjax-profile-")
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(open(os.devnull, "w")):
+        try:  # bad input found while preparing: refused before any compute
+            prepared = many.check(config, workdir) if seeds else plan_lib.check(config, workdir)
+        except ValueError as e:
+            print(f"invjax: error: {e}", file=sys.stderr)
+            return 2
+        t_prep = time.perf_counter() - t0
+        try:
+            if seeds:
+                results = list(many.execute(prepared)["results"].values())
+            else:
+                results = [plan_lib.execute(prepared)]
+        except Exception as e:  # noqa: BLE001  (one line for the user, whatever failed)
+            print(f"invjax: error: the run failed: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+    total = time.perf_counter() - t0
+    _report(args, config, train, results, spent, calls, t_prep, total)
     return 0
 
 

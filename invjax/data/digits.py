@@ -192,18 +192,30 @@ def rotscaled_digits(
 def realisation(variant: str | None, r: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """``(train, val, test)`` of ``digits`` (``variant=None``), ``scaled_digits`` (``'scaled'``)
     or ``rotscaled_digits`` (``'rotscaled'``) for realisation ``r``: ``(images, labels)`` each,
-    the fixed splits of :func:`splits` and the scales (and angles) drawn by ``r``."""
+    the fixed splits of :func:`splits` and the scales (and angles) drawn by ``r``. Fresh arrays
+    at every call (the K models of one ``--config.seeds`` command load one realisation K times:
+    it is drawn once per process)."""
+    if variant not in (None, "scaled", "rotscaled"):
+        raise ValueError(
+            f"digits variant {variant!r} is unknown: choose None, 'scaled', 'rotscaled'"
+        )
+    images, labels = _variant(variant, r)
+    return tuple((images[i], labels[i]) for i in splits(r))  # indexing copies
+
+
+@functools.lru_cache(maxsize=2)
+def _variant(variant: str | None, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """All 1797 images and labels of ``variant`` in realisation ``r`` (read-only: callers get
+    copies from :func:`realisation`)."""
     if variant is None:
         images, labels = digits()
     elif variant == "scaled":
         images, labels, _ = scaled_digits(None, seed=r)
-    elif variant == "rotscaled":
-        images, labels, _, _ = rotscaled_digits(None, seed=r)
     else:
-        raise ValueError(
-            f"digits variant {variant!r} is unknown: choose None, 'scaled', 'rotscaled'"
-        )
-    return tuple((images[i], labels[i]) for i in splits(r))
+        images, labels, _, _ = rotscaled_digits(None, seed=r)
+    for a in (images, labels):
+        a.setflags(write=False)
+    return images, labels
 
 
 def splits(realisation: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

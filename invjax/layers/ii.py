@@ -586,6 +586,19 @@ def monomial_relevance(features, next_kernel=None):
     return rel if features.ndim == 2 else rel.sum(axis=0)
 
 
+def scaled_prune_epochs(prune_epochs, scale: float) -> tuple[int, int]:
+    """Two pruning epochs ``(e_1, e_2)`` at the same shares of a run ``scale`` times as long:
+    ``e_1' = max(1, round(e_1 scale))``, ``e_2' = max(e_1' + 1, round(e_2 scale))`` (the second
+    at least one epoch after the first). The one rule of the monomial pruning schedule: a network
+    that prunes (:meth:`invjax.models.mnist.ScaledMNISTNet.scaled_schedule`) and a study that
+    sets its epochs from a run's length (``scale = epochs / 60``, the paper's 5 and 10 of 60)
+    both use it. Unscaled, a run of ``train.epochs_scale = 0.1`` would train 6 epochs and never
+    reach the pruning after epoch 10."""
+    first, second = tuple(prune_epochs)
+    first = max(1, round(first * scale))
+    return first, max(first + 1, round(second * scale))
+
+
 def prune_mask(mask, relevance, keep: int) -> np.ndarray:
     """New ``{0, 1}`` mask keeping the ``keep`` most relevant *active* pairs of ``mask``.
 

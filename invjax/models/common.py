@@ -16,6 +16,7 @@ from flax import traverse_util
 from invjax import groups as G
 from invjax.contract import Exportable, Precise
 from invjax.ops.conv import conv2d, inference_kernel
+from invjax.trees import count_params  # noqa: F401  (re-exported: its home before invjax.trees)
 
 # He-normal (fan-in) like the E(2) layers: keeps activations of order one in deep pre-act WRNs.
 he_normal = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
@@ -96,12 +97,6 @@ def upsample(x, factor: int = 2, method: str = "nearest"):
 
 
 # --------------------------------------------------------------------------- parameter table
-
-
-def count_params(params) -> int:
-    """Number of scalars in a variable tree (arrays or ``ShapeDtypeStruct``s); the one count
-    that the parameter tables, the trainer and the tests use."""
-    return int(sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params)))
 
 
 def abstract_variables(module: nn.Module, input_shape: Sequence[int], **kwargs):

@@ -241,6 +241,29 @@ class ScaledMNISTNet(EpochHooks, Precise, nn.Module):
         relevance = iil.measured_relevance(self.apply, variables, images, fc1)
         return iil.prune_monomials(variables, relevance, schedule[epochs_done])
 
+    def scaled_schedule(self, scale: float) -> ScaledMNISTNet:
+        """With the monomial head, this network pruning at the same shares of a run ``scale``
+        times as long (:func:`invjax.layers.ii.scaled_prune_epochs`: the paper's 5 and 10 of 60
+        epochs become 1 and 2 of 6 at ``train.epochs_scale = 0.1``); any other head has no
+        schedule and is returned as it is."""
+        if self.head != "ii_monomials" or scale == 1.0:
+            return self
+        return self.clone(prune_epochs=iil.scaled_prune_epochs(self.prune_epochs, scale))
+
+    def schedule_warning(self, num_epochs: int) -> str | None:
+        """With the monomial head, one line when a run of ``num_epochs`` epochs ends before the
+        last pruning (after epoch ``prune_epochs[1]``): it would train and be evaluated with more
+        monomial pairs than the paper's 5."""
+        epochs = tuple(self.prune_epochs)
+        if self.head != "ii_monomials" or epochs[-1] <= num_epochs:
+            return None
+        kept = self.n_pairs if epochs[0] > num_epochs else PRUNING_KEEP[0]
+        return (
+            f"model prune_epochs={epochs} with {num_epochs} training epochs: the monomial head "
+            f"prunes to {PRUNING_KEEP[-1]} pairs only after epoch {epochs[-1]}, so this run keeps "
+            f"{kept}; train at least {epochs[-1]} epochs or set model.prune_epochs"
+        )
+
     def _project(self, x):
         if self.family == "scale":
             from invjax.layers.scale import ScaleMaxProjection

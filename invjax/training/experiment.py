@@ -23,10 +23,10 @@ from flax import traverse_util
 from invjax import checkpoint, models, parallel
 from invjax import data as data_lib
 from invjax import precision as P
+from invjax.contract import EpochHooks
 from invjax.data import fingerprint
 from invjax.layers.scale import describe_lowerings
 from invjax.logging_utils import banner
-from invjax.models.common import count_params
 from invjax.training import memory
 from invjax.training.optimizer import (
     count_trainable,
@@ -36,6 +36,7 @@ from invjax.training.optimizer import (
     validate_train_config,
 )
 from invjax.training.state import graft, init_variables, state_factory
+from invjax.trees import count_params
 
 #: The longest run :func:`prepare` accepts, in optimiser steps (``num_epochs`` x steps per epoch):
 #: 10^7 steps are 28 h at 10 ms a step, 100x the paper's longest schedule (CIFAR-10, 200 epochs
@@ -345,34 +346,31 @@ def bn_momentum_fitting(num_steps: int, limit: float = BN_RESIDUAL_LIMIT) -> flo
     return math.floor(limit ** (1.0 / num_steps) * 1000) / 1000
 
 
-def pruning_warning(model_config, num_epochs: int) -> str | None:
-    """A warning when a monomial head (``head='ii_monomials'``) would not reach its last pruning
-    (after epoch ``prune_epochs[1]``, default 10) within ``num_epochs``: it would train and be
-    evaluated with more monomial pairs than the paper's 5; else None."""
-    if model_config.get("head") != "ii_monomials":
-        return None
-    from invjax.models.mnist import PRUNE_EPOCHS, PRUNING_KEEP
+def schedule_warning(model_config, num_epochs: int) -> str | None:
+    """The warning of the network built from ``model_config`` when a run of ``num_epochs``
+    epochs would not complete its own epoch schedule (:meth:`invjax.contract.EpochHooks
+    .schedule_warning`, e.g. a monomial head that never reaches its last pruning), else None."""
+    return _schedule_warning(models.build(model_config), num_epochs)
 
-    epochs = tuple(model_config.get("prune_epochs") or PRUNE_EPOCHS)
-    if epochs[-1] <= num_epochs:
-        return None
-    kept = model_config.get("n_pairs", 25) if epochs[0] > num_epochs else PRUNING_KEEP[0]
-    return (
-        f"model prune_epochs={epochs} with {num_epochs} training epochs: the monomial head "
-        f"prunes to {PRUNING_KEEP[-1]} pairs only after epoch {epochs[-1]}, so this run keeps "
-        f"{kept}; train at least {epochs[-1]} epochs or set model.prune_epochs"
-    )
+
+#: The earlier name of :func:`schedule_warning` (the monomial head's pruning was its one case).
+pruning_warning = schedule_warning
+
+
+def _schedule_warning(model, num_epochs: int) -> str | None:
+    return model.schedule_warning(num_epochs) if isinstance(model, EpochHooks) else None
 
 
 def describe(exp: Experiment, resumed_step: int | None = None) -> str:
     """The start-up banner of an experiment (:func:`invjax.logging_utils.banner`), with the
-    lines of :func:`bn_statistics_warning` and :func:`pruning_warning` where they have one."""
+    lines of :func:`bn_statistics_warning` and of the model's own :meth:`~invjax.contract
+    .EpochHooks.schedule_warning` where they have one."""
     ds, tc = exp.dataset, exp.config.train
     warnings = [
         w
         for w in (
             bn_statistics_warning(exp.config.model, exp.num_steps),
-            pruning_warning(exp.config.model, int(tc.num_epochs)),
+            _schedule_warning(exp.model, int(tc.num_epochs)),
         )
         if w
     ]

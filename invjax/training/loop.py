@@ -1,8 +1,14 @@
-"""The training loop of one prepared run: steps, epoch ends, checkpoints, stop requests, results.
+"""The trainer of prepared runs: steps, epoch ends, checkpoints, stop requests, results.
 
 :func:`run` trains an :class:`~invjax.training.experiment.Experiment` (resuming where its
 checkpoints say), evaluates the reported model (best validation epoch or last) on val and test,
 measures its invariance (:mod:`invjax.certificate`) and writes ``results.json``.
+
+One trainer: :class:`Trainer` is one model's run (start, step, epoch end, save, finish) and
+:func:`train` the one loop, which drives K of them through a stepper. A single run is K = 1
+(:func:`run` is :func:`run_models` of one experiment); :mod:`invjax.training.lockstep` gives the
+K models of one ``--config.seeds`` command one compiled step and, for ``'vmap'``, a stepper
+that trains their lent states stacked.
 
 Epoch ends, the one protocol between the trainer and a model: a model that is an
 :class:`invjax.contract.EpochHooks` defines
@@ -179,20 +185,42 @@ def restore_metrics(workdir: str, restored: checkpoint.Restored) -> list[dict]:
     return records
 
 
-class _Loop:
-    """The training loop of one :class:`Experiment` (``meta``: module docstring); :func:`run` is
-    its entry point."""
+class Trainer:
+    """One model's run of an :class:`Experiment`, driven step by step (``meta``: module
+    docstring): the one trainer of invjax. :func:`train` drives K of them through a stepper
+    (:class:`OwnSteps`; a single run is K = 1), :mod:`invjax.training.lockstep` K of one config.
 
-    def __init__(self, exp: Experiment, stop: StopRequest | None = None, label=None, position=None):
-        """``label``/``position``: this model's among the K of one command (:class:`Reporter`)."""
+    The driver's calls, per step: the stepper advances every unfinished trainer (:meth:`advance`
+    with its own compiled step, or :meth:`stepped` after a step taken elsewhere on the state it
+    was lent, :meth:`lend_state`); where :meth:`due` says an epoch ends or a checkpoint is due,
+    the stepper returns the states that :meth:`reads_state` asks for and :meth:`at_boundary`
+    does the epoch end and the save; on a stop, :meth:`stop_save`; at the end :meth:`finish`,
+    then :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        exp: Experiment,
+        stop: StopRequest | None = None,
+        label=None,
+        position=None,
+        steps=None,
+        init=None,
+    ):
+        """``label``/``position``: this model's among the K of one command (:class:`Reporter`);
+        ``steps``: the ``(train, evaluate)`` pair of :func:`~invjax.training.steps.jit_steps`
+        compiled for several models (their statistics are arguments; this model's are put in),
+        None: this model's own; ``init``: the state factory (``make`` of
+        :func:`~invjax.training.state.state_factory`) of a model of the same network, optimiser
+        and ``init_from`` prefixes, traced once for several models (this model's seed and
+        sources are its arguments), None: this model's own."""
         self.t_init = time.perf_counter()
         self.first_step_s = None  # loop start -> first finished step (compilation included)
         self.exp, self.tc, self.ds, self.mesh = exp, exp.config.train, exp.dataset, exp.mesh
         self.stop = stop or StopRequest()
         self.primary = jax.process_index() == 0
         self.spe, self.bsz = exp.steps_per_epoch, self.tc.batch_size
-        images = self.ds.train.images[: min(self.bsz, len(self.ds.train))]
-        self.epoch_end_images = data_lib.to_float(images, self.ds.mean, self.ds.std)
+        self.epoch_end_images = None  # made where the model's hook first acts (epoch_end_call)
         # the model's epoch hooks, if it has them (invjax.contract.EpochHooks)
         self.on_epoch_end = exp.model.on_epoch_end if isinstance(exp.model, EpochHooks) else None
         if exp.restored is not None:
@@ -200,7 +228,7 @@ class _Loop:
             if self.primary:
                 self.meta["records"] = restore_metrics(exp.workdir, exp.restored)
         else:
-            make, trees = state_factory(
+            make, args = state_factory(
                 exp.model,
                 exp.tx,
                 self.ds.image_shape,
@@ -208,7 +236,9 @@ class _Loop:
                 bool(self.tc.select_best),
                 exp.sources,
             )
-            state = initial_state(make, trees, parallel.replicated(self.mesh))
+            state = initial_state(
+                make if init is None else init, args, parallel.replicated(self.mesh)
+            )
             self.state, self.meta = self.epoch_end_call(state, 0), _fresh_meta()
         self.step = self.step0 = int(jax.device_get(self.state.step))
         self.sums = list(self.meta["epoch_sums"])
@@ -236,12 +266,13 @@ class _Loop:
         )
         # The subset's statistics are arguments of the steps, not constants: the compiled
         # programs serve other seeds too (JAX's persistent cache; invjax.training.many).
-        train, evals, _ = jit_steps(
-            exp.model, exp.tx, self.ds.augment, self.mesh, exp.precision, exp.eval_precision
-        )
-        self.train_step, self.eval_step = with_stats(
-            train, evals, self.ds.mean, self.ds.std, self.mesh
-        )
+        if steps is None:
+            steps = jit_steps(
+                exp.model, exp.tx, self.ds.augment, self.mesh, exp.precision, exp.eval_precision
+            )[:2]
+        self.train_step, self.eval_step = with_stats(*steps, self.ds.mean, self.ds.std, self.mesh)
+        self.pending = None  # the last step's metrics, fetched one step later (stepped)
+        self.lent = False  # the state is being trained elsewhere (lend_state)
         self.t_start = time.perf_counter()
         self.elapsed0 = float(self.meta["wall_time_s"])
 
@@ -256,6 +287,9 @@ class _Loop:
         """The model's ``on_epoch_end`` (module docstring) applied to the state's variables."""
         if not self.hook_acts(epochs_done):
             return state
+        if self.epoch_end_images is None:
+            images = self.ds.train.images[: min(self.bsz, len(self.ds.train))]
+            self.epoch_end_images = data_lib.to_float(images, self.ds.mean, self.ds.std)
         variables = state.variables()
         new = self.on_epoch_end(variables, epochs_done, self.epoch_end_images)
         if new is not variables:
@@ -316,13 +350,14 @@ class _Loop:
     def epoch_end(self) -> None:
         """Hooks, the epoch's train record, validation and best-model selection."""
         done = self.step // self.spe
-        self.state = self.epoch_end_call(self.state, done)
+        if self.hook_acts(done):
+            self.state = self.epoch_end_call(self._own_state(), done)
         s = self.sums
         self.record("train", s[0] / max(s[2], 1), 100.0 * s[1] / max(s[2], 1))
         self.sums = [0.0, 0.0, 0]
         if not self.validates_now():
             return
-        loss, err = self.evaluate(self.state.variables(), self.ds.val)
+        loss, err = self.evaluate(self._own_state().variables(), self.ds.val)
         self.record("val", loss, err)
         best = self.meta["best_val_error"]
         if self.tc.select_best and (best is None or err < best):
@@ -339,10 +374,11 @@ class _Loop:
             epoch=self.step // self.spe,
             config=json.loads(self.exp.config.to_json_best_effort()),
         )
-        self.writer.save(self.step, self.state, self.meta)
+        self.writer.save(self.step, self._own_state(), self.meta)
 
-    def train(self) -> None:
-        tc, ds, n = self.tc, self.ds, len(self.ds.train)
+    def start(self) -> None:
+        """What a run says and writes before its first step: the banner, the config (a fresh
+        run) or where it resumes."""
         resumed = self.step if self.exp.restored is not None else None
         self.reporter.message(describe(self.exp, resumed))
         if self.exp.restored is None:  # a resumed run has these from its first start
@@ -351,60 +387,96 @@ class _Loop:
             self.reporter.message(
                 f"resuming from the checkpoint of step {self.step} in {self.writer.directory}"
             )
-        # Several processes stop at one agreed step (signals.StopVote); one reads its request.
-        vote = StopVote(self.stop, self.mesh)
-        if vote.now():  # arrived while compiling: no step to finish
-            self.stop_here(None)
-        pending = None
-        while self.step < self.exp.num_steps:
-            idx = batch_indices(n, self.bsz, self.exp.config.seed, *divmod(self.step, self.spe))
-            self.state, metrics = self.train_step(
-                self.state,
-                parallel.gather_batch(ds.train.images, idx, self.mesh),
-                parallel.gather_batch(ds.train.labels, idx, self.mesh),
-            )
-            self.step += 1
-            if pending is not None:  # one step behind, so the device runs ahead of this check
-                self.consume(*pending)
-            pending = (self.step, metrics)
-            epoch_end = self.step % self.spe == 0
-            save = checkpoint_due(self.step, self.spe, self.exp.num_steps, tc)
-            if epoch_end or save:
-                self.consume(*pending)
-                pending = None
-                if epoch_end:
-                    self.epoch_end()
-                if save:
-                    self.save()
-            if vote.step():
-                self.stop_here(pending)
-        if vote.now():  # after the last step: its checkpoint is saved
-            self.stop_here(None)
 
-    def stop_here(self, pending) -> None:
-        """On SIGTERM/SIGINT: check the step, save a checkpoint at this position, raise Stopped."""
-        if pending is not None:
-            self.consume(*pending)
-        saved = self.step != self.step0
-        if saved:
-            self.save()  # a no-op if this step was just saved (epoch end, interval)
-        name = signal.Signals(self.stop.signum).name
-        where = f"after step {self.step} of {self.exp.num_steps} (epoch {self.step / self.spe:.2f})"
-        raise Stopped(
-            self.stop.signum,
-            f"stopped by {name} {where}: "
-            + (
-                f"checkpoint saved in {self.writer.directory}"
-                if saved
-                else f"nothing to save (no step had run since step {self.step0})"
-            )
-            + "; run the same command to resume",
+    @property
+    def done(self) -> bool:
+        return self.step >= self.exp.num_steps
+
+    def batch_indices(self) -> np.ndarray:
+        """The training samples of the next step (``batch_indices`` of this run's seed)."""
+        epoch, index = divmod(self.step, self.spe)
+        return batch_indices(len(self.ds.train), self.bsz, self.exp.config.seed, epoch, index)
+
+    def advance(self) -> None:
+        """One train step on this model's own state with its own compiled step."""
+        idx = self.batch_indices()
+        self.state, metrics = self.train_step(
+            self._own_state(),
+            parallel.gather_batch(self.ds.train.images, idx, self.mesh),
+            parallel.gather_batch(self.ds.train.labels, idx, self.mesh),
         )
+        self.stepped(metrics)
+
+    def stepped(self, metrics) -> None:
+        """Count one step taken (by :meth:`advance`, or elsewhere on the lent state); its
+        ``metrics`` (or a function returning them) are fetched one step later, so that the
+        device runs ahead of the check of the previous step's loss."""
+        self.step += 1
+        self.flush()
+        self.pending = (self.step, metrics)
+
+    def flush(self) -> None:
+        """Fetch and check the held step's metrics (:meth:`consume`)."""
+        if self.pending is not None:
+            step, metrics = self.pending
+            self.pending = None
+            self.consume(step, metrics() if callable(metrics) else metrics)
+
+    def due(self) -> tuple[bool, bool]:
+        """``(epoch end, checkpoint due)`` after the current step."""
+        epoch_end = self.step % self.spe == 0
+        return epoch_end, checkpoint_due(self.step, self.spe, self.exp.num_steps, self.tc)
+
+    def reads_state(self) -> bool:
+        """Whether :meth:`at_boundary` after the current step reads the state (a save, or an
+        epoch end that reads it: :meth:`epoch_end_reads_state`)."""
+        epoch_end, save = self.due()
+        return save or (epoch_end and self.epoch_end_reads_state())
+
+    def at_boundary(self) -> None:
+        """The epoch end and the checkpoint that :meth:`due` names, after fetching the step's
+        metrics (a NaN loss stops before anything saves that state)."""
+        epoch_end, save = self.due()
+        self.flush()
+        if epoch_end:
+            self.epoch_end()
+        if save:
+            self.save()
+
+    def lend_state(self):
+        """This model's state, handed to a stepper that trains it elsewhere (K models stacked
+        into one program); :meth:`return_state` gives it back. Until then :meth:`advance` and
+        whatever reads the state refuse to run."""
+        state = self._own_state()
+        self.state, self.lent = None, True
+        return state
+
+    def return_state(self, state) -> None:
+        """Take back the state lent by :meth:`lend_state`, trained to the current step."""
+        self.state, self.lent = state, False
+
+    def _own_state(self):
+        if self.lent:
+            raise RuntimeError(
+                f"the state of {self.exp.workdir} is lent to a stepper (lend_state): it must be "
+                "returned (return_state) before this model reads it"
+            )
+        return self.state
+
+    def stop_save(self) -> bool:
+        """On a stop request: fetch the held metrics and save a checkpoint at this step (a no-op
+        if it was just saved); False if no step has run since the start (nothing to save)."""
+        self.flush()
+        if self.step == self.step0:
+            return False
+        self.save()
+        return True
 
     def finish(self) -> dict:
         """Evaluate the reported model (best validation epoch or last) on val and test."""
         exp, ds, tc = self.exp, self.ds, self.tc
-        final = best_variables(self.state.best) if tc.select_best else self.state.variables()
+        st = self._own_state()
+        final = best_variables(st.best) if tc.select_best else st.variables()
         val_loss, val_err = self.evaluate(final, ds.val)
         test_loss, test_err = self.evaluate(final, ds.test)
         model_epoch = self.meta["best_epoch"] if tc.select_best else self.step // self.spe
@@ -480,58 +552,157 @@ class _Loop:
         self.writer.close()
 
 
-def run(exp: Experiment) -> dict:
-    """Train (resuming where the checkpoints say), evaluate, write results; returns them."""
-    if exp.sources is None:
-        raise ValueError(
-            "this experiment was prepared without its init_from sources (load_sources=False): "
-            "load them with invjax.training.experiment.with_sources once they exist"
+class OwnSteps:
+    """The stepper of :func:`train` where each model steps with its own compiled step on its own
+    state (a single run; K models of one config by one shared step, lockstep's ``'loop'``)."""
+
+    def step(self, trainers: list[Trainer]) -> None:
+        for t in trainers:
+            t.advance()
+
+    def hand_back(self, trainers: list[Trainer]) -> None:
+        """Every model holds its own state already."""
+
+
+def train(trainers: list[Trainer], stop: StopRequest, stepper=None) -> None:
+    """Train ``trainers`` to their last step, each step of every unfinished model by
+    ``stepper`` (:class:`OwnSteps` when None; it has ``step(trainers)``, which calls each
+    trainer's :meth:`~Trainer.advance` or :meth:`~Trainer.stepped`, and ``hand_back(trainers)``,
+    which returns their lent states), each model's epoch ends and checkpoints where it is due.
+    On SIGTERM/SIGINT every model saves at its step and :class:`Stopped` is raised (several
+    processes stop at one agreed step: :class:`~invjax.training.signals.StopVote`)."""
+    stepper = OwnSteps() if stepper is None else stepper
+    for t in trainers:
+        t.start()
+    vote = StopVote(stop, trainers[0].mesh)
+    if vote.now():  # arrived while compiling: no step to finish
+        _stop(trainers, stop, stepper)
+    while active := [t for t in trainers if not t.done]:
+        stepper.step(active)
+        due = [t for t in active if any(t.due())]
+        if due:
+            stepper.hand_back([t for t in due if t.reads_state()])
+            for t in due:
+                t.at_boundary()
+        if vote.step():
+            _stop(trainers, stop, stepper)
+    if vote.now():  # after the last step: its checkpoint is saved
+        _stop(trainers, stop, stepper)
+    stepper.hand_back(trainers)
+
+
+def _stop(trainers: list[Trainer], stop: StopRequest, stepper) -> None:
+    """On SIGTERM/SIGINT: every model checks its step and saves a checkpoint there; Stopped."""
+    stepper.hand_back(trainers)
+    saved = [t.writer.directory for t in trainers if t.stop_save()]
+    name = signal.Signals(stop.signum).name
+    if len(trainers) == 1:
+        t = trainers[0]
+        where = f"after step {t.step} of {t.exp.num_steps} (epoch {t.step / t.spe:.2f})"
+        what = (
+            f"checkpoint saved in {saved[0]}"
+            if saved
+            else f"nothing to save (no step had run since step {t.step0})"
         )
+        message = f"stopped by {name} {where}: {what}"
+    else:
+        where = ", ".join(f"seed {t.exp.config.seed} after step {t.step}" for t in trainers)
+        what = f"checkpoints saved in {', '.join(saved)}" if saved else "nothing to save"
+        message = f"stopped by {name} with {len(trainers)} models ({where}): {what}"
+    raise Stopped(stop.signum, message + "; run the same command to resume")
+
+
+def run(exp: Experiment) -> dict:
+    """Train (resuming where the checkpoints say), evaluate, write results; returns them
+    (:func:`run_models` of this one experiment)."""
+    return run_models([exp])[0]
+
+
+def run_models(exps: list[Experiment], strategy=None, lock: bool = True) -> list[dict]:
+    """Train (resuming where each model's checkpoints say) and evaluate the experiments side by
+    side, writing and returning each one's results; ``lock``: take each workdir's lock (the
+    caller may hold them: re-entrant). ``strategy`` builds the trainers and their stepper:
+    ``trainer(exp, k, stop)`` and ``stepper(trainers)`` (:mod:`invjax.training.lockstep`);
+    None: each experiment its own :class:`Trainer` and :class:`OwnSteps`."""
+    for exp in exps:
+        if exp.sources is None:
+            raise ValueError(
+                "this experiment was prepared without its init_from sources (load_sources=False)"
+                ": load them with invjax.training.experiment.with_sources once they exist"
+            )
     primary = jax.process_index() == 0
     with contextlib.ExitStack() as stack:
-        if primary:  # re-entrant: invjax.main holds it already
-            stack.enter_context(workdir_lib.locked([exp.workdir]))
-        os.makedirs(exp.workdir, exist_ok=True)
+        if primary and lock:  # re-entrant: invjax.main holds it already
+            stack.enter_context(workdir_lib.locked([exp.workdir for exp in exps]))
+        for exp in exps:
+            os.makedirs(exp.workdir, exist_ok=True)
         request = signals.command_request() or stack.enter_context(signals.stop_on_signals())
         try:
-            return _run_loop(exp, request, primary)
+            return _run_models(exps, strategy or _Own(), request, primary)
         except checkpoint.SaveError:
             raise  # its message names the step, the reason and the kept checkpoint
         except OSError as e:
-            kept = checkpoint.list_steps(exp.workdir)
-            raise RunIOError(
-                f"cannot write in {exp.workdir} ({_short_os_error(e)}): stopped. "
-                + (
-                    f"The last good checkpoint (step {kept[-1]}) is kept; "
-                    if kept
-                    else "No checkpoint had been saved; "
-                )
-                + "free some space (or fix the problem) and run the same command to resume."
-            ) from e
+            raise RunIOError(_io_message(exps, e)) from e
 
 
-def _short_os_error(e: OSError) -> str:
+class _Own:
+    """:func:`run_models`' default strategy: each experiment its own trainer and steps."""
+
+    def trainer(self, exp: Experiment, k: int, stop: StopRequest) -> Trainer:
+        del k
+        return Trainer(exp, stop)
+
+    def stepper(self, trainers: list[Trainer]) -> OwnSteps:
+        del trainers
+        return OwnSteps()
+
+
+def _io_message(exps: list[Experiment], e: OSError) -> str:
+    """The message of a failed write in the workdirs: what failed and the kept checkpoints."""
+    if len(exps) > 1:
+        return (
+            f"cannot write in the models' workdirs ({short_os_error(e)}): stopped. Each model "
+            "keeps its last good checkpoint; free some space (or fix the problem) and run the "
+            "same command to resume."
+        )
+    workdir = exps[0].workdir
+    kept = checkpoint.list_steps(workdir)
+    return (
+        f"cannot write in {workdir} ({short_os_error(e)}): stopped. "
+        + (
+            f"The last good checkpoint (step {kept[-1]}) is kept; "
+            if kept
+            else "No checkpoint had been saved; "
+        )
+        + "free some space (or fix the problem) and run the same command to resume."
+    )
+
+
+def short_os_error(e: OSError) -> str:
+    """One line of an OSError: ``[Errno N] reason: path`` where it has them."""
     if e.errno is not None and e.strerror:
         where = f": {e.filename}" if e.filename else ""
         return f"[Errno {e.errno}] {e.strerror}{where}"
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-def _run_loop(exp: Experiment, request: StopRequest, primary: bool) -> dict:
+def _run_models(exps, strategy, request: StopRequest, primary: bool) -> list[dict]:
     if primary:
-        with open(os.path.join(exp.workdir, "config.json"), "w") as f:
-            f.write(exp.config.to_json_best_effort(indent=2) + "\n")
-        if exp.restored is None:  # the data this run trains on (checked when it is resumed)
-            fingerprint.record(exp.workdir, exp.dataset)
+        for exp in exps:
+            with open(os.path.join(exp.workdir, "config.json"), "w") as f:
+                f.write(exp.config.to_json_best_effort(indent=2) + "\n")
+            if exp.restored is None:  # the data this run trains on (checked when it is resumed)
+                fingerprint.record(exp.workdir, exp.dataset)
     request.defer = True
+    trainers: list[Trainer] = []
     try:
-        if request.signum is not None:  # arrived while this run was being prepared
+        if request.signum is not None:  # arrived while the runs were being prepared
             raise Interrupted(request.signum)
-        loop = _Loop(exp, request)
-        try:
-            loop.train()
-            return loop.finish()
-        finally:
-            loop.close()  # flushes metrics.jsonl and TensorBoard, also when stopping
+        for k, exp in enumerate(exps):
+            trainers.append(strategy.trainer(exp, k, request))
+        train(trainers, request, strategy.stepper(trainers))
+        return [t.finish() for t in trainers]
     finally:
+        for t in trainers:
+            t.close()  # flushes metrics.jsonl and TensorBoard, also when stopping
         request.defer = False

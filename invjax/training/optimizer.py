@@ -23,7 +23,7 @@ import numpy as np
 import optax
 from flax import traverse_util
 
-from invjax.models.common import count_params
+from invjax.trees import count_params
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -285,7 +285,7 @@ def make_optimizer(tc, steps_per_epoch: int, params=None) -> optax.GradientTrans
 
 def count_trainable(params, prefixes: Sequence[str] | None) -> int:
     """Number of parameter entries that train under ``prefixes`` (:func:`trainable_labels`;
-    None: all of them, :func:`invjax.models.common.count_params`)."""
+    None: all of them, :func:`invjax.trees.count_params`)."""
     if prefixes is None:
         return count_params(params)
     labels = jax.tree.leaves(trainable_labels(params, tuple(prefixes)))

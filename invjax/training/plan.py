@@ -65,10 +65,14 @@ import jax
 import ml_collections
 import numpy as np
 
-from invjax import checkpoint
+from invjax import checkpoint, models
 from invjax import data as data_lib
 from invjax import workdir as workdir_lib
+from invjax.contract import EpochHooks
 from invjax.layers.heads import STREAMS as STREAM_NAMES
+
+# the monomial pruning's rule, re-exported under its earlier home (ScaledMNISTNet.scaled_schedule)
+from invjax.layers.ii import scaled_prune_epochs  # noqa: F401
 from invjax.logging_utils import format_duration
 from invjax.training import loop
 from invjax.training.experiment import Experiment, check_resume_config, prepare, with_sources
@@ -183,8 +187,8 @@ def resolve(config):
     ``config.train`` and every ``config.phase1.<stream>.train`` become
     :func:`~invjax.training.optimizer.resolve_train`'s sections: epochs scaled by
     ``train.epochs_scale`` (a stream by its own ``epochs_scale`` where set, else by the run's)
-    and the schedule in epochs; a monomial head's pruning epochs scaled with the run
-    (:func:`scaled_prune_epochs`). Idempotent: the resolved sections hold no key left to apply.
+    and the schedule in epochs; the network's own epoch schedule (a monomial head's pruning)
+    scaled with the run (:func:`scaled_schedule`). Idempotent: the resolved sections hold no key left to apply.
     """
     if not _unresolved(config):
         return config
@@ -204,21 +208,48 @@ def resolve(config):
                 msg = str(e)
                 raise ValueError(msg if msg.startswith(where) else where + msg) from e
         c.train = resolve_train(c.train, scale)
-        if scale != 1.0 and c.model.get("head") == "ii_monomials":
-            c.model.prune_epochs = scaled_prune_epochs(c.model.get("prune_epochs"), scale)
+        if scale != 1.0:
+            c.model.update(scaled_schedule(c.model, scale))
     return c
 
 
-def scaled_prune_epochs(prune_epochs, scale: float) -> tuple[int, int]:
-    """The monomial head's two pruning epochs (default the paper's 5 and 10) at the same shares
-    of a run scaled by ``scale``: ``max(1, round(e * scale))``, the second at least one epoch
-    after the first. Unscaled, ``train.epochs_scale = 0.1`` would run 6 epochs and never reach
-    the pruning to 5 pairs after epoch 10."""
-    from invjax.models.mnist import PRUNE_EPOCHS
+def scaled_schedule(model_config, scale: float) -> dict:
+    """The keys of ``model_config`` that the network's own epoch schedule moves in a run
+    ``scale`` times as long (:meth:`invjax.contract.EpochHooks.scaled_schedule`, e.g. the
+    monomial head's ``prune_epochs``), with their new values; empty for a network without one.
 
-    first, second = tuple(prune_epochs or PRUNE_EPOCHS)
-    first = max(1, round(first * scale))
-    return first, max(first + 1, round(second * scale))
+    The network's fields are its config keys (:func:`invjax.models.build`); a field the schedule
+    changes is written back under its own name, and the network built from the result must be
+    the scaled one, else ValueError (a schedule the config cannot record would not resume)."""
+    model = models.build(model_config)
+    if not isinstance(model, EpochHooks):
+        return {}
+    scaled = model.scaled_schedule(scale)
+    names = [f.name for f in dataclasses.fields(model) if f.name not in ("parent", "name")]
+    changed = {n: getattr(scaled, n) for n in names if _differ(scaled, model, n)}
+    if changed:
+        again = models.build(_with(model_config, changed))
+        if any(_differ(again, scaled, n) for n in names):
+            raise ValueError(
+                f"model {model_config.get('name')!r}: its epoch schedule scaled by "
+                f"{scale:g} ({changed}) cannot be recorded in config.model"
+            )
+    return changed
+
+
+def _differ(a, b, field: str) -> bool:
+    x, y = getattr(a, field), getattr(b, field)
+    try:
+        return bool(x != y)
+    except (TypeError, ValueError):  # arrays: compared by identity
+        return x is not y
+
+
+def _with(section, values: dict):
+    out = section.copy_and_resolve_references() if hasattr(section, "unlocked") else section
+    with out.unlocked():
+        out.update(values)
+    return out
 
 
 def schedule_text(plan: Plan) -> str:

@@ -9,6 +9,7 @@ built in one jitted, cheaply compiled call (:func:`state_factory`, :func:`initia
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import jax
@@ -202,12 +203,27 @@ _COMPILED: dict[str, Any] = {}
 _COMPILED_MAX = 4
 
 
+# The same by factory and argument shapes: a factory shared by K models (invjax.training
+# .lockstep) is traced once, not once per model.
+_BY_MAKE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def initial_state(make, args, sharding):
     """``jax.jit(make, out_shardings=sharding)(args)``, compiled cheaply on CPU (see above),
-    once per program text in a process."""
-    lowered = jax.jit(make, out_shardings=sharding).lower(args)
+    once per program text in a process, and traced once per ``make`` and argument shapes."""
     mesh = getattr(sharding, "mesh", None)  # a compiled program is bound to its devices
     where = str(sharding) if mesh is None else [d.id for d in np.asarray(mesh.devices).flat]
+    leaves, tree = jax.tree.flatten(args)
+    shapes = (str(where), str(tree), tuple((np.shape(a), np.result_type(a).str) for a in leaves))
+    traced = _BY_MAKE.setdefault(make, {})
+    compiled = traced.get(shapes)
+    if compiled is None:
+        lowered = jax.jit(make, out_shardings=sharding).lower(args)
+        compiled = traced[shapes] = _compiled(lowered, where)
+    return compiled(args)
+
+
+def _compiled(lowered, where):
     key = f"{where}\n{lowered.as_text()}"
     compiled = _COMPILED.get(key)
     if compiled is None:
@@ -216,4 +232,4 @@ def initial_state(make, args, sharding):
         while len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[key] = compiled
-    return compiled(args)
+    return compiled

@@ -29,6 +29,7 @@ import math
 import os
 from collections.abc import Sequence
 
+from invjax.layers.ii import scaled_prune_epochs
 from launch import sweep
 
 
@@ -266,9 +267,9 @@ def prune_epochs(num_epochs: int) -> tuple[int, int]:
     """The monomial pruning rule: after the same fractions of training as the paper's 5 and 10 of
     60 epochs, ``round(E * 5 / 60)`` and ``round(E * 10 / 60)`` (at least 1, and the second
     at least one epoch after the first): fixed epochs 5 and 10 would rank the pairs by a
-    network that has learnt nothing yet where an epoch is one or two steps."""
-    first = max(1, round(num_epochs * PAPER_PRUNE_EPOCHS[0] / PAPER_EPOCHS))
-    return first, max(first + 1, round(num_epochs * PAPER_PRUNE_EPOCHS[1] / PAPER_EPOCHS))
+    network that has learnt nothing yet where an epoch is one or two steps. The network's own
+    rule (:func:`invjax.layers.ii.scaled_prune_epochs`) at ``scale = E / 60``."""
+    return scaled_prune_epochs(PAPER_PRUNE_EPOCHS, num_epochs / PAPER_EPOCHS)
 
 
 def tune_rule(study: Study, rule: Rule) -> Rule:
