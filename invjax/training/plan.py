@@ -33,15 +33,15 @@ probabilities and BatchNorm momenta outside [0, 1)); ``--dry_run`` prints
 Resuming and reuse. Every run of a phase is an ordinary run (contract 1): it resumes from its own
 checkpoints. A run whose ``results.json`` records all its epochs and whose stored config is this
 one is *finished* (:func:`invjax.run.finished_results`): it is reused, never recomputed, so
-restarting the command resumes whichever phase was running. A directory holding checkpoints of a different config stops the command
-before any compute (the run's own message); so does any other bad input of any phase
-(:func:`check` prepares every phase first). Each stage is prepared once: :func:`check` builds
-the :class:`~invjax.training.experiment.Experiment` (dataset, model, optimiser, restored
-checkpoint) that :func:`execute` then runs, and stages with the same data config share one
-loaded dataset; only phase 2's ``init_from`` sources, which phase 1 writes, are loaded when phase 2
-starts. :func:`execute` locks every workdir it will write in
-(``DIR`` and each phase-1 stream workdir still to train, :mod:`invjax.workdir`) before any
-compute: a second command on any of them stops at once, naming the run that holds it.
+restarting the command resumes whichever phase was running. A directory holding checkpoints of
+a different config stops the command before any compute (the run's own message); so does any
+other bad input of any phase (:func:`check` prepares every phase first). Each stage is prepared
+once: :func:`check` builds the :class:`~invjax.training.experiment.Experiment` (dataset, model,
+optimiser, restored checkpoint) that :func:`execute` then runs, and stages with the same data
+config share one loaded dataset; only phase 2's ``init_from`` sources, which phase 1 writes, are
+loaded when phase 2 starts. :func:`execute` locks every workdir it will write in (``DIR`` and
+each phase-1 stream workdir still to train, :mod:`invjax.workdir`) before any compute: a second
+command on any of them stops at once, naming the run that holds it.
 
 Results. ``DIR/results.json`` is phase 2's results (contract 1: ``test_error``, ``params`` of the
 whole network, ...) plus ``phases``, ``phase1`` (each stream's ``test_error``, ``val_error``,

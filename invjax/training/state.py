@@ -2,9 +2,10 @@
 
 :class:`TrainState` holds the step, parameters, BatchNorm statistics, optimiser state, base key,
 the model's other variable collections and the best-validation variables. A fresh state is
-``model.init`` with ``PRNGKey(seed)`` (:func:`invjax.models.common.init_variables`), then the variables of finished runs copied into sub-trees
-(:func:`graft`: phase 2 of multi-stream training starts from the phase-1 stream checkpoints),
-built in one jitted, cheaply compiled call (:func:`state_factory`, :func:`initial_state`).
+``model.init`` with ``PRNGKey(seed)`` (:func:`invjax.models.common.init_variables`), then the
+variables of finished runs copied into sub-trees (:func:`graft`: phase 2 of multi-stream
+training starts from the phase-1 stream checkpoints), built in one jitted, cheaply compiled
+call (:func:`state_factory`, :func:`initial_state`).
 """
 
 from __future__ import annotations
