@@ -21,13 +21,11 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout's invjax
-from invjax import checkpoint, models
+from invjax import checkpoint, models, run
 from invjax.data import datasets
-from invjax.export.artifact import _tuples
 
 
 def _errors(model, variables, split, normalise, n: int) -> float:
@@ -38,10 +36,9 @@ def _errors(model, variables, split, normalise, n: int) -> float:
 def report(workdir: str, n: int = 2000) -> dict:
     """``{'running': {'test', 'train'}, 'train_set': {...}, 'layers': {name: (mean gap, var
     gap)}}`` of one run directory (errors in %)."""
-    stored = checkpoint.read_config(workdir)
-    if stored is None:
+    config = run.stored_config(workdir)
+    if config is None:
         raise SystemExit(f"{workdir}: no readable checkpoint (give a run's --workdir)")
-    config = ml_collections.ConfigDict(_tuples(stored))
     variables = checkpoint.load_params(workdir, allow_unverified=True)
     ds = datasets.load(config.data)
     model = models.build(config.model)

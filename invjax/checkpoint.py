@@ -60,9 +60,9 @@ from etils import epath
 
 from invjax import workdir as workdir_lib
 
-CHECKPOINT_SUBDIR = "checkpoints"
-CORRUPT_SUBDIR = "corrupt_checkpoints"
-MANIFEST_SUBDIR = "checkpoint_manifests"
+CHECKPOINT_SUBDIR = workdir_lib.CHECKPOINTS_DIR
+CORRUPT_SUBDIR = workdir_lib.CORRUPT_DIR
+MANIFEST_SUBDIR = workdir_lib.MANIFESTS_DIR
 
 
 class _QuietReadOnly(std_logging.Filter):
@@ -496,11 +496,29 @@ def load_params(workdir: str, allow_unverified: bool = False) -> dict:
             f"no checkpoint in {checkpoint_dir(workdir)} to load variables from: train that run "
             f"first (python -m invjax.main --config=... --workdir={workdir})"
         )
-    state = restored.state
-    source = state.get("best") or state
+    variables, _ = reported_variables(restored.state, restored.meta)
+    return variables
+
+
+def reported_variables(state, meta: dict) -> tuple[dict, dict]:
+    """The model a checkpoint stands for and how it was chosen: ``(variables, info)``.
+
+    ``state``: a restored train-state tree (a dict, :func:`restore_latest` without a target);
+    ``meta``: its meta. The best-validation copy where the run selects one
+    (``info['selected_by'] = 'best validation'``, ``info['model_epoch']`` its epoch), else the
+    current variables (``'last epoch'``, the checkpoint's epoch); ``variables`` is
+    ``{'params', 'batch_stats', <other collections>}``. The trainer's final evaluation reports
+    the same model.
+    """
+    best = state.get("best") or {}
+    source = best or state
     variables = {"params": source["params"], "batch_stats": source.get("batch_stats") or {}}
     variables.update(source.get("extra") or {})
-    return variables
+    if best:
+        info = {"selected_by": "best validation", "model_epoch": meta.get("best_epoch")}
+    else:
+        info = {"selected_by": "last epoch", "model_epoch": meta.get("epoch")}
+    return variables, info
 
 
 def _sync_processes(name: str) -> None:

@@ -78,6 +78,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -478,42 +479,6 @@ def check_images(images, image_shape: tuple[int, ...], name: str) -> np.ndarray:
     return images.astype(np.float32)
 
 
-def check_variables(model, image_shape, variables, workdir: str, model_cfg) -> None:
-    """One ValueError if a checkpoint's variables are not those of ``model`` (another model or
-    width): every variable the model needs, with its shape (compared abstractly, no compute)."""
-    from flax import traverse_util
-
-    from invjax import checkpoint
-    from invjax.training.state import init_variables
-
-    want = jax.eval_shape(lambda k: init_variables(model, image_shape, k), jax.random.PRNGKey(0))
-    want = traverse_util.flatten_dict(dict(want), sep="/")
-    have = traverse_util.flatten_dict(dict(variables), sep="/")
-    missing = [k for k in want if k not in have]
-    extra = [k for k in have if k not in want and k.startswith("params/")]
-    shapes = [
-        (k, tuple(np.shape(have[k])), tuple(want[k].shape))
-        for k in want
-        if k in have and tuple(np.shape(have[k])) != tuple(want[k].shape)
-    ]
-    if not missing and not shapes and not extra:
-        return
-    stored = (checkpoint.read_config(workdir) or {}).get("model") or {}
-    if missing:
-        example = f"{missing[0]} is missing"
-    elif shapes:
-        example = f"{shapes[0][0]} has shape {shapes[0][1]}, the model needs {shapes[0][2]}"
-    else:
-        example = f"{extra[0]} is not a parameter of the model"
-    raise ValueError(
-        f"--workdir={workdir} holds a checkpoint of another model (stored model.name="
-        f"{stored.get('name', '?')!r}, config model.name={model_cfg.get('name')!r}): "
-        f"{len(missing)} variables missing, {len(shapes)} of another shape and {len(extra)} "
-        f"parameters the model lacks, e.g. {example}. "
-        "Use the config the run was trained with (its config.json)"
-    )
-
-
 def model_invariance(
     config,
     workdir: str | None = None,
@@ -529,13 +494,53 @@ def model_invariance(
     every backend; see :mod:`invjax.precision`), which the result records with the device.
     """
     P.check(precision)
+    transforms = parse_transforms(transforms)
+    n_samples = check_n_samples(n_samples)
+    m = _measured(config, workdir, images, n_samples)
+    variables, measured = _variables(m, workdir, config.seed)
+    fn = _model_features(P.configure(m.model, precision), variables, m.mean, m.std)
+    out = {}
+    with P.jax_default(precision):
+        for t in transforms:
+            delta = invariance_error(fn, m.images, t, batch_size=batch_size)
+            out[t] = {"logits": delta["logits"], "features": delta.get("features")}
+    # The elements the model's own group chain makes exact, and the logits' largest relative
+    # change under each (the run certificate's measure; invjax.equivariance).
+    normalised = (m.images[:batch_size] - m.mean) / m.std
+    exact = equivariance.check_equivariance(
+        m.model, variables, normalised, precision=precision, train=False
+    )
+    return {
+        "invariance_error": out,
+        "exact_elements": exact,
+        **P.describe(precision),
+        "n_images": len(m.images),
+        "model": str(m.model_cfg.get("name")),
+        **measured,
+        "normalisation": "training split" if m.from_dataset else "the images' own",
+    }
+
+
+class _Measured(NamedTuple):
+    """What model mode measures: the model (built from ``model_cfg``) on images ``image_shape``,
+    the images (float32 in [0, 1]) and the normalisation ``(x - mean) / std`` it applies."""
+
+    model: nn.Module
+    model_cfg: object
+    image_shape: tuple[int, ...]
+    images: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    from_dataset: bool  # mean/std of the training split (else the images' own)
+
+
+def _measured(config, workdir: str | None, images, n_samples: int) -> _Measured:
+    """The model of ``config`` and the images model mode measures it on (module docstring):
+    the dataset is read unless a fresh model is measured on the user's own ``images``."""
     from invjax import models
     from invjax.data import datasets
 
-    transforms = parse_transforms(transforms)
-    n_samples = check_n_samples(n_samples)
-    data_cfg = config.data
-    opts = datasets.check_config(data_cfg)
+    opts = datasets.check_config(config.data)
     name, image_shape = opts["name"], tuple(opts["image_shape"])
     if images is not None:
         images = check_images(images, image_shape, name)
@@ -544,7 +549,7 @@ def model_invariance(
 
         workdir_lib.refuse_seeds_folder(workdir)
     # A fresh model on the user's own images needs no dataset: only its shape and class count.
-    ds = datasets.load(data_cfg) if images is None or workdir else None
+    ds = datasets.load(config.data) if images is None or workdir else None
     num_classes = ds.num_classes if ds is not None else opts["num_classes"]
     model_cfg = (
         config.model.copy_and_resolve_references()
@@ -564,53 +569,32 @@ def model_invariance(
     else:
         mean = images.mean(axis=(0, 1, 2))
         std = np.maximum(images.std(axis=(0, 1, 2)), 1e-6)
-    measured = {"variables": "initialised"}
+    return _Measured(model, model_cfg, image_shape, images, mean, std, ds is not None)
+
+
+def _variables(m: _Measured, workdir: str | None, seed: int) -> tuple[dict, dict]:
+    """``(variables, how they were obtained)``: the reported model of the run in ``workdir``
+    (newest verified checkpoint, :func:`invjax.run.reported`, checked against the model), or
+    the model initialised from ``seed``."""
+    from invjax.models.common import init_variables
+
     if workdir:
-        from invjax import checkpoint
-        from invjax.training.state import reported_variables
+        from invjax import run as run_lib
 
-        restored = checkpoint.restore_latest(workdir)
-        if restored is None:
-            raise checkpoint.CheckpointError(
-                f"--workdir={workdir} holds no checkpoint in {checkpoint.checkpoint_dir(workdir)}:"
-                " train that run first (python -m invjax.main --config=... --workdir=...)"
-            )
-        variables, chosen = reported_variables(restored.state, restored.meta)
-        measured = {"variables": "checkpoint", "checkpoint_step": restored.step, **chosen}
-        check_variables(model, image_shape, variables, workdir, model_cfg)
-    else:
-        from invjax.training.state import init_variables
-
-        # jitted: initialised op by op, an E(2) WRN compiles some 200 small programs
-        init = jax.jit(lambda key: init_variables(model, image_shape, key))
-        variables = init(jax.random.PRNGKey(config.seed))
-    fn = _model_features(P.configure(model, precision), variables, mean, std)
-    out = {}
-    with P.jax_default(precision):
-        for t in transforms:
-            delta = invariance_error(fn, images, t, batch_size=batch_size)
-            out[t] = {"logits": delta["logits"], "features": delta.get("features")}
-    # The elements the model's own group chain makes exact, and the logits' largest relative
-    # change under each (the run certificate's measure; invjax.equivariance).
-    normalised = (images[:batch_size] - mean) / std
-    exact = equivariance.check_equivariance(
-        model, variables, normalised, precision=precision, train=False
-    )
-    return {
-        "invariance_error": out,
-        "exact_elements": exact,
-        **P.describe(precision),
-        "n_images": len(images),
-        "model": str(model_cfg.get("name")),
-        **measured,
-        "normalisation": "training split" if ds is not None else "the images' own",
-    }
+        chosen = run_lib.reported(workdir)
+        run_lib.check_variables(m.model, m.image_shape, chosen.variables, workdir, m.model_cfg)
+        measured = {"variables": "checkpoint", "checkpoint_step": chosen.step, **chosen.info}
+        return chosen.variables, measured
+    # jitted: initialised op by op, an E(2) WRN compiles some 200 small programs
+    init = jax.jit(lambda key: init_variables(m.model, m.image_shape, key))
+    return init(jax.random.PRNGKey(seed)), {"variables": "initialised"}
 
 
 # --------------------------------------------------------------------------- command line
 
 
-def main(argv=None) -> int:
+def _flags():
+    """The command's flags (module docstring), on their own FlagValues."""
     from absl import flags
     from ml_collections import config_flags
 
@@ -667,6 +651,61 @@ def main(argv=None) -> int:
         "JAX persistent compilation cache directory ('off' disables; invjax.compilation_cache).",
         flag_values=fl,
     )
+    return fl
+
+
+def _print_table1(fl) -> None:
+    """``--table1``: Table 1 in every reading of :data:`STATISTICS`, as tables or one JSON."""
+    start = time.perf_counter()
+    with P.jax_default(fl.precision):  # Table 1's layers take JAX's default
+        terms = table1_terms(fl.n_samples, fl.seed, fl.columns.split(","))
+    readings = {st: aggregate(terms, st) for st in STATISTICS}
+    wall = time.perf_counter() - start
+    if not fl.json:
+        for st in STATISTICS:
+            print(f"Delta, {st} over samples:")
+            print(format_table1(readings[st]))
+        print(f"({wall:.0f} s)")
+        return
+    print(
+        json.dumps(
+            {
+                "table1": readings["mean"],
+                "table1_median": readings["median"],
+                "table1_pooled": readings["pooled"],
+                "paper": PAPER_TABLE1,
+                "n_samples": fl.n_samples,
+                "scales": list(SCALES),
+                "seed": fl.seed,
+                "wall_s": round(wall, 1),
+                **P.describe(fl.precision),
+            }
+        )
+    )
+
+
+def _print_model(result: dict) -> None:
+    """Model mode's result as lines: Delta per transform, the exact elements, what was measured."""
+    for t, d in result["invariance_error"].items():
+        feats = "n/a" if d["features"] is None else f"{d['features']:.3g}"
+        print(f"{t:<8} features {feats:>10}   logits {d['logits']:.3g}")
+    exact = result["exact_elements"]
+    print(
+        "exact elements (max relative change of the logits): "
+        + (", ".join(f"{k} {v:.2g}" for k, v in exact.items()) or "none")
+    )
+    what = (
+        f"checkpoint step {result['checkpoint_step']} ({result['selected_by']}), "
+        if "checkpoint_step" in result
+        else "initialised variables, "
+    )
+    print(f"({what}precision {result['precision']!r} on {result['device_kind']})")
+
+
+def main(argv=None) -> int:
+    from absl import flags
+
+    fl = _flags()
     argv = list(sys.argv if argv is None else argv)
     if any(a in ("-h", "--help", "-help", "--helpshort") for a in argv[1:]):
         print(__doc__.rstrip() + "\n\nflags:\n" + fl.get_help(include_special_flags=False))
@@ -678,32 +717,7 @@ def main(argv=None) -> int:
         P.check(fl.precision, "--precision")
         compilation_cache.enable(fl.compilation_cache)
         if fl.table1:
-            start = time.perf_counter()
-            with P.jax_default(fl.precision):  # Table 1's layers take JAX's default
-                terms = table1_terms(fl.n_samples, fl.seed, fl.columns.split(","))
-            readings = {st: aggregate(terms, st) for st in STATISTICS}
-            wall = time.perf_counter() - start
-            if fl.json:
-                print(
-                    json.dumps(
-                        {
-                            "table1": readings["mean"],
-                            "table1_median": readings["median"],
-                            "table1_pooled": readings["pooled"],
-                            "paper": PAPER_TABLE1,
-                            "n_samples": fl.n_samples,
-                            "scales": list(SCALES),
-                            "seed": fl.seed,
-                            "wall_s": round(wall, 1),
-                            **P.describe(fl.precision),
-                        }
-                    )
-                )
-            else:
-                for st in STATISTICS:
-                    print(f"Delta, {st} over samples:")
-                    print(format_table1(readings[st]))
-                print(f"({wall:.0f} s)")
+            _print_table1(fl)
             return 0
         images = read_images(fl.images) if fl.images else None
         result = model_invariance(
@@ -720,20 +734,7 @@ def main(argv=None) -> int:
     if fl.json:
         print(json.dumps(result))
     else:
-        for t, d in result["invariance_error"].items():
-            feats = "n/a" if d["features"] is None else f"{d['features']:.3g}"
-            print(f"{t:<8} features {feats:>10}   logits {d['logits']:.3g}")
-        exact = result["exact_elements"]
-        print(
-            "exact elements (max relative change of the logits): "
-            + (", ".join(f"{k} {v:.2g}" for k, v in exact.items()) or "none")
-        )
-        what = (
-            f"checkpoint step {result['checkpoint_step']} ({result['selected_by']}), "
-            if "checkpoint_step" in result
-            else "initialised variables, "
-        )
-        print(f"({what}precision {result['precision']!r} on {result['device_kind']})")
+        _print_model(result)
     return 0
 
 

@@ -33,7 +33,9 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 
-RESULTS_FILE = "results.json"
+from invjax import run as run_lib
+
+RESULTS_FILE = run_lib.RESULTS_FILE
 # Overrides that vary *within* an experiment (one point of a curve, one seed); the rest name it.
 WITHIN_GROUP = (
     "seed",
@@ -61,45 +63,30 @@ def find_results(
     would count a seed twice); a second copy of a run already found (the same recorded config
     file, overrides, dataset, ``n_train`` and seed: :func:`run_identity`).
     """
-    from invjax import workdir
-
     if not os.path.isdir(runs_dir):
         raise ValueError(f"runs directory {runs_dir!r} does not exist")
     found = []
     for root, dirs, files in os.walk(runs_dir):
         dirs.sort()
-        # Checkpoints and TensorBoard files hold no results: do not descend into them.
-        dirs[:] = [
-            d for d in dirs if d not in ("checkpoints", "tensorboard", "corrupt_checkpoints")
-        ]
-        if not include_streams and os.path.basename(os.path.dirname(root)) == "streams":
+        dirs[:] = [d for d in dirs if d not in run_lib.NO_RESULTS_DIRS]  # checkpoints, logs
+        if not include_streams and os.path.basename(os.path.dirname(root)) == run_lib.STREAMS_DIR:
             continue
-        if RESULTS_FILE in files:
-            try:
-                with open(os.path.join(root, RESULTS_FILE)) as f:
-                    results = json.load(f)
-            except (OSError, ValueError) as e:
-                warn(f"skipping unreadable {root}/{RESULTS_FILE}: {e}")
-                continue
-            path = os.path.join(root, RESULTS_FILE)
-            if not isinstance(results, dict):
-                warn(
-                    f"skipping {path}: it holds a JSON {type(results).__name__}, not a run's "
-                    "results (an object with test_error)"
-                )
-                continue
-            if "test_error" not in results:
-                warn(f"skipping {path}: it has no test_error (not a finished run's results)")
-                continue
-            kind = workdir.read_kind(root)
-            if kind is not None and kind["kind"] == workdir.SEEDS:
-                warn(
-                    f"skipping {path}: {root} holds the models of a run of several seeds "
-                    f"(counted from its {workdir.SEED_DIR.format('<k>')}/); a results.json beside "
-                    "them is a single run trained into that folder and would count a seed twice"
-                )
-                continue
-            found.append((root, results))
+        if RESULTS_FILE not in files:
+            continue
+        path = os.path.join(root, RESULTS_FILE)
+        try:
+            results = run_lib.read_results(root)
+        except ValueError as e:  # unreadable, or not a run's results
+            warn(f"skipping {e}")
+            continue
+        if run_lib.holds_seeds(root):
+            warn(
+                f"skipping {path}: {root} holds the models of a run of several seeds "
+                f"(counted from its {run_lib.SEED_DIR.format('<k>')}/); a results.json beside "
+                "them is a single run trained into that folder and would count a seed twice"
+            )
+            continue
+        found.append((root, results))
     return _each_once(found, runs_dir, warn)
 
 
@@ -419,7 +406,7 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
 
 def read_metrics(run_dir: str) -> list[dict]:
     """The records of ``run_dir/metrics.jsonl`` (lines cut short by a kill are skipped)."""
-    path = os.path.join(run_dir, "metrics.jsonl")
+    path = os.path.join(run_dir, run_lib.METRICS_FILE)
     if not os.path.exists(path):
         return []
     out = []

@@ -33,6 +33,10 @@ run refuses the top folder of K models (:func:`refuse_seeds_folder`). Folders wr
 record are told apart by what is in them (``seeds.json`` or ``seed_<k>/``; ``config.json`` or
 ``checkpoints/``).
 
+The names of a run folder's files are defined here, in the lowest module that writes in it
+(:data:`CONFIG_FILE`, :data:`CHECKPOINTS_DIR`, :data:`KIND_FILE`, ...), with their one atomic
+JSON write (:func:`write_json_atomic`); :mod:`invjax.run` lists them all and reads a finished run.
+
 A directory that a lock created is removed again when the lock is released if nothing but the
 log is in it, so a run refused after taking the lock (e.g. a disk too small for one checkpoint)
 leaves no directory behind (its one message on stderr says why).
@@ -61,6 +65,11 @@ KIND_FILE = "run_kind.json"
 RUN, SEEDS = "run", "seeds"  # the kinds of folder (module docstring)
 SEED_DIR = "seed_{}"  # model k of a folder of K models
 SEEDS_SUMMARY = "seeds.json"
+CONFIG_FILE = "config.json"  # the config a run trained (a folder holding it is a run)
+# A run's checkpoint steps, their integrity manifests and the steps set aside (invjax.checkpoint).
+CHECKPOINTS_DIR = "checkpoints"
+MANIFESTS_DIR = "checkpoint_manifests"
+CORRUPT_DIR = "corrupt_checkpoints"
 
 
 class WorkdirError(ValueError):
@@ -169,7 +178,7 @@ def _seed_dirs(path: str) -> list[int]:
         for n in names
         if n.startswith(prefix)
         and n[len(prefix) :].isdigit()
-        and os.path.isfile(os.path.join(path, n, "config.json"))
+        and os.path.isfile(os.path.join(path, n, CONFIG_FILE))
     )
 
 
@@ -182,8 +191,8 @@ def read_kind(path: str) -> dict | None:
     seeds = _seed_dirs(path)
     if seeds or os.path.isfile(os.path.join(path, SEEDS_SUMMARY)):
         return {"kind": SEEDS, "seeds": seeds}
-    if os.path.isfile(os.path.join(path, "config.json")) or os.path.isdir(
-        os.path.join(path, "checkpoints")
+    if os.path.isfile(os.path.join(path, CONFIG_FILE)) or os.path.isdir(
+        os.path.join(path, CHECKPOINTS_DIR)
     ):
         return {"kind": RUN}
     return None
@@ -197,13 +206,22 @@ def write_kind(path: str, kind: str, seeds=None, record: dict | None = None) -> 
     target = os.path.join(path, KIND_FILE)
     if _read(target) == json.loads(json.dumps(info, default=str)):
         return  # a resumed or reused job leaves its folder's files as they were
+    write_json_atomic(target, info)
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write ``obj`` as indented JSON to ``path`` whole or not at all: into ``path.tmp``, then
+    renamed over ``path`` (a process killed while writing leaves the previous file, never half
+    of one; a write that fails, a full disk or a directory in the way, leaves no ``.tmp``).
+    Values JSON cannot hold are written as their ``str``. The one way a run's JSON records
+    (results, kind, summaries) are written."""
     try:
-        with open(target + ".tmp", "w") as f:
-            json.dump(info, f, indent=2, default=str)
-        os.replace(target + ".tmp", target)
-    finally:  # a write that failed (a full disk, a directory in the way) leaves nothing
-        if os.path.lexists(target + ".tmp"):
-            os.remove(target + ".tmp")
+        with open(path + ".tmp", "w") as f:
+            json.dump(obj, f, indent=2, default=str)
+        os.replace(path + ".tmp", path)
+    finally:
+        if os.path.lexists(path + ".tmp"):
+            os.remove(path + ".tmp")
 
 
 def _check_kind_file(path: str, flag: str) -> None:

@@ -82,7 +82,6 @@ import contextlib
 import ctypes
 import dataclasses
 import importlib
-import json
 import os
 import pathlib
 import shlex
@@ -291,7 +290,8 @@ def _key(config) -> str:
 
 
 def share_streams(runs: list[Run], plan) -> None:
-    """Point multi-stream runs' phase 1 at identical runs of the same point (see the docstring)."""
+    """Point multi-stream runs' phase 1 at identical runs of the same point (see the docstring);
+    ``plan``: :mod:`invjax.training.plan`."""
     owners: dict[str, str] = {}
     for run in runs:
         config = load_config(run.config, run.overrides)
@@ -356,19 +356,19 @@ class PointChanged(ValueError):
 
 def finished(run: Run) -> bool:
     """Whether the run is finished *with the settings the sweep gives it now*: every model's
-    ``results.json`` exists (written last, atomically), records ``train.num_epochs`` epochs,
-    and its folder's stored ``config.json`` (the record of what the run trained) is this
-    point's experiment up to what a run may change on resume (``train.num_epochs``, evaluation
-    and checkpoint intervals: :data:`invjax.training.experiment.RESUMABLE_KEYS`). A point whose
-    epochs differ is not finished: it is run again and resumes. A point that holds another
-    experiment raises :class:`PointChanged` naming the difference. Results without a stored
-    config (copied in from elsewhere, without the run) are taken as they are."""
-    from invjax import checkpoint
+    ``results.json`` exists (written last, atomically) and, where the model's folder holds
+    checkpoints, it is a finished run (:func:`invjax.run.finished_results`) of this point's
+    experiment as its run stores it (:func:`invjax.training.plan.stored_config`), up to what a
+    run may change on resume (``train.num_epochs``, evaluation and checkpoint intervals:
+    :data:`invjax.run.RESUMABLE_KEYS`). A point whose epochs differ is not finished: it is run
+    again and resumes. A point that holds another experiment raises :class:`PointChanged`
+    naming the difference. Results without checkpoints (copied in from elsewhere, without the
+    run) are taken as they are."""
+    from invjax import run as run_lib
     from invjax.training import plan
-    from invjax.training.experiment import check_resume_config
 
     dirs = _model_dirs(run)
-    if not all(os.path.isfile(os.path.join(d, "results.json")) for d in dirs):
+    if not all(os.path.isfile(os.path.join(d, run_lib.RESULTS_FILE)) for d in dirs):
         return False
     # As its runs store it: epochs scaled and the schedule in epochs (plan.resolve).
     config = plan.resolve(load_config(run.config, run.overrides))
@@ -376,32 +376,24 @@ def finished(run: Run) -> bool:
     configs = [many.model_config(config, k) for k in seeds] if seeds else [config]
     with contextlib.chdir(REPO):  # the commands' relative paths (phase1.*.workdir) resolve here
         for d, c in zip(dirs, configs):
-            stored = checkpoint.read_config(d)
-            if stored is None:
+            if not run_lib.has_checkpoint(d):
                 continue
-            if plan.phases_of(c) == "two_phase":  # the head's config is what DIR stores
-                c = plan.head_config(c, d)
-            elif c.model.get("num_classes") is None:  # stored as the run resolved it
-                c.model.num_classes = plan.num_classes_of(c)
             try:
-                check_resume_config(stored, c, d)
+                results = run_lib.finished_results(plan.stored_config(c, d), d)
             except ValueError as e:
                 raise PointChanged(
                     f"{run.workdir} was run with other settings than this sweep's ({e})"
                 ) from None
-            try:
-                with open(os.path.join(d, "results.json")) as f:
-                    epochs = json.load(f).get("epochs")
-            except (OSError, ValueError, AttributeError):
-                return False  # cut short or damaged: the run finishes again
-            if epochs != c.train.num_epochs:
+            if results is None:
                 return False
     return True
 
 
 def resumes(run: Run) -> bool:
     """Whether the run has a checkpoint to resume from (any of its models)."""
-    return any(os.path.isdir(os.path.join(d, "checkpoints")) for d in _model_dirs(run))
+    from invjax import run as run_lib
+
+    return any(os.path.isdir(os.path.join(d, run_lib.CHECKPOINTS_DIR)) for d in _model_dirs(run))
 
 
 def visible_gpus() -> list[str]:
@@ -582,98 +574,10 @@ def run_local(
     )
     todo = [r for r in runs if not finished(r)]  # PointChanged: the caller refuses the sweep
     print(f"{len(runs) - len(todo)} of {len(runs)} runs finished already (skipped)", flush=True)
-    wait_for = needs(todo)
-    pending, ended, running = list(range(len(todo))), set(), [0]
-    ready = threading.Condition()
-    done_lock = threading.Lock()
-    failed, stopped, cut, lock, counter = [], [], [], threading.Lock(), [0]
-    stopper = _Stopper(threading.Lock())
-
-    def say(line: str) -> None:  # one line at a time: slots print from their own threads
-        with lock:
-            print(line, flush=True)
-
-    def one(run: Run, env, slot: int) -> None:
-        cmd = run.command(sys.executable)
-        state = "resume" if resumes(run) else "start"
-        t = time.perf_counter()
-        if env is None:  # one run at a time: its output right here
-            proc = stopper.start(shlex.split(cmd), cwd=REPO)
-        else:
-            log = os.path.join(REPO, run.workdir.rstrip("/") + ".log")
-            os.makedirs(os.path.dirname(log), exist_ok=True)
-            with open(log, "a") as f:
-                proc = stopper.start(
-                    shlex.split(cmd), cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT
-                )
-        if proc is None:
-            return
-        with lock:
-            counter[0] += 1
-            i = counter[0]
-        say(f"[{i}/{len(todo)}] slot {slot} {state}: {cmd}")
-        why = None
-        while watch is not None and why is None:
-            try:
-                proc.wait(timeout=watch_every)
-                break
-            except subprocess.TimeoutExpired:
-                why = _ask(watch, run, say, "its watch")
-                if why:
-                    say(f"sweep: stopping {run.workdir}: {why}")
-                    with contextlib.suppress(OSError):  # it has just ended
-                        proc.send_signal(signal.SIGTERM)
-                elif why is False:  # the watch failed: the run trains on, unwatched
-                    break
-        status = stopper.wait(proc)
-        took = time.perf_counter() - t
-        say(f"[{i}/{len(todo)}] slot {slot} exit {status} after {took:.0f} s")
-        with lock:
-            if why:
-                cut.append(cmd)
-            elif stopper.passed is not None and status == 128 + stopper.passed:
-                stopped.append(cmd)
-            elif status:
-                failed.append(cmd)
-        if on_done is not None:
-            with done_lock:
-                on_done(run, status)
-
-    def halted() -> bool:
-        return stopper.signum is not None or (stop is not None and stop())
-
-    def take() -> int | None:
-        """The next run whose phase-1 runs have ended; None once none is left or stopping."""
-        with ready:
-            while pending and not halted():
-                i = next((i for i in pending if wait_for[i] <= ended), None)
-                if i is None and not running[0]:  # nothing runs to end a wait: a cycle
-                    i = pending[0]
-                if i is not None:
-                    pending.remove(i)
-                    why = _ask(skip, todo[i], say, "the check before it starts")
-                    if why:  # ended without training: what waits on it may go on
-                        say(f"sweep: not starting {todo[i].workdir}: {why}")
-                        ended.add(i)
-                        continue
-                    running[0] += 1
-                    return i
-                ready.wait(timeout=1.0)  # wakes when a run ends; the timeout sees a signal
-            return None
-
-    def worker(slot: int, env) -> None:
-        while (i := take()) is not None:
-            try:
-                one(todo[i], env, slot)
-            finally:
-                with ready:
-                    running[0] -= 1
-                    ended.add(i)
-                    ready.notify_all()
-
-    handlers = {s: signal.signal(s, stopper) for s in STOP_SIGNALS}
+    slots = _Slots(todo, on_done, stop, skip, watch, watch_every)
+    handlers = {s: signal.signal(s, slots.stopper) for s in STOP_SIGNALS}
     try:
-        threads = [threading.Thread(target=worker, args=(k, e)) for k, e in enumerate(envs)]
+        threads = [threading.Thread(target=slots.work, args=(k, e)) for k, e in enumerate(envs)]
         for th in threads:
             th.start()
         for th in threads:
@@ -681,20 +585,134 @@ def run_local(
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
-    if cut:
-        print(f"{len(cut)} of {len(todo)} commands stopped by the watch (above)")
-    if failed:
-        print(f"{len(failed)} of {len(todo)} commands failed:", *failed, sep="\n  ")
-    if stopper.signum is not None:
-        name = signal.Signals(stopper.signum).name
-        print(
-            f"sweep: stopped by {name}: {len(stopped)} run(s) saved a checkpoint and stopped; "
-            "run the same command to resume",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 128 + stopper.signum
-    return 1 if failed else 0
+    return slots.summary()
+
+
+class _Slots:
+    """The runs of :func:`run_local` and the slots that take them, one thread per slot: which
+    run is ready (its reused runs have ended), starting and watching one command, and the tally
+    of the commands that failed, were stopped by a signal, or cut by the watch."""
+
+    def __init__(self, todo: list[Run], on_done, stop, skip, watch, watch_every: float):
+        self.todo, self.on_done, self.stop = todo, on_done, stop
+        self.skip, self.watch, self.watch_every = skip, watch, watch_every
+        self.wait_for = needs(todo)
+        self.pending, self.ended, self.running = list(range(len(todo))), set(), 0
+        self.ready = threading.Condition()
+        self.lock, self.done_lock = threading.Lock(), threading.Lock()
+        self.failed: list[str] = []
+        self.stopped: list[str] = []
+        self.cut: list[str] = []
+        self.started = 0
+        self.stopper = _Stopper(threading.Lock())
+
+    def say(self, line: str) -> None:  # one line at a time: slots print from their own threads
+        with self.lock:
+            print(line, flush=True)
+
+    def halted(self) -> bool:
+        return self.stopper.signum is not None or (self.stop is not None and self.stop())
+
+    def take(self) -> int | None:
+        """The next run whose phase-1 runs have ended; None once none is left or stopping."""
+        with self.ready:
+            while self.pending and not self.halted():
+                i = next((i for i in self.pending if self.wait_for[i] <= self.ended), None)
+                if i is None and not self.running:  # nothing runs to end a wait: a cycle
+                    i = self.pending[0]
+                if i is not None:
+                    self.pending.remove(i)
+                    why = _ask(self.skip, self.todo[i], self.say, "the check before it starts")
+                    if why:  # ended without training: what waits on it may go on
+                        self.say(f"sweep: not starting {self.todo[i].workdir}: {why}")
+                        self.ended.add(i)
+                        continue
+                    self.running += 1
+                    return i
+                self.ready.wait(timeout=1.0)  # wakes when a run ends; the timeout sees a signal
+            return None
+
+    def work(self, slot: int, env) -> None:
+        """One slot: take the next ready run and run it, until none is left."""
+        while (i := self.take()) is not None:
+            try:
+                self.one(self.todo[i], env, slot)
+            finally:
+                with self.ready:
+                    self.running -= 1
+                    self.ended.add(i)
+                    self.ready.notify_all()
+
+    def one(self, run: Run, env, slot: int) -> None:
+        """Run one command in ``slot`` (its output here, or with ``env`` in ``WORKDIR.log``)."""
+        cmd = run.command(sys.executable)
+        state = "resume" if resumes(run) else "start"
+        t = time.perf_counter()
+        if env is None:  # one run at a time: its output right here
+            proc = self.stopper.start(shlex.split(cmd), cwd=REPO)
+        else:
+            log = os.path.join(REPO, run.workdir.rstrip("/") + ".log")
+            os.makedirs(os.path.dirname(log), exist_ok=True)
+            with open(log, "a") as f:
+                proc = self.stopper.start(
+                    shlex.split(cmd), cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT
+                )
+        if proc is None:
+            return
+        with self.lock:
+            self.started += 1
+            i = self.started
+        n = len(self.todo)
+        self.say(f"[{i}/{n}] slot {slot} {state}: {cmd}")
+        why = self.watched(run, proc)
+        status = self.stopper.wait(proc)
+        self.say(f"[{i}/{n}] slot {slot} exit {status} after {time.perf_counter() - t:.0f} s")
+        with self.lock:
+            if why:
+                self.cut.append(cmd)
+            elif self.stopper.passed is not None and status == 128 + self.stopper.passed:
+                self.stopped.append(cmd)
+            elif status:
+                self.failed.append(cmd)
+        if self.on_done is not None:
+            with self.done_lock:
+                self.on_done(run, status)
+
+    def watched(self, run: Run, proc: subprocess.Popen) -> str | bool | None:
+        """Ask the watch every ``watch_every`` seconds while ``proc`` runs; SIGTERM to it on a
+        reason to stop, which is returned (False: the watch failed, the run trains on)."""
+        why = None
+        while self.watch is not None and why is None:
+            try:
+                proc.wait(timeout=self.watch_every)
+                break
+            except subprocess.TimeoutExpired:
+                why = _ask(self.watch, run, self.say, "its watch")
+                if why:
+                    self.say(f"sweep: stopping {run.workdir}: {why}")
+                    with contextlib.suppress(OSError):  # it has just ended
+                        proc.send_signal(signal.SIGTERM)
+                elif why is False:  # the watch failed: the run trains on, unwatched
+                    break
+        return why
+
+    def summary(self) -> int:
+        """Print what did not run through; the sweep's exit status (:func:`run_local`)."""
+        n = len(self.todo)
+        if self.cut:
+            print(f"{len(self.cut)} of {n} commands stopped by the watch (above)")
+        if self.failed:
+            print(f"{len(self.failed)} of {n} commands failed:", *self.failed, sep="\n  ")
+        if self.stopper.signum is not None:
+            name = signal.Signals(self.stopper.signum).name
+            print(
+                f"sweep: stopped by {name}: {len(self.stopped)} run(s) saved a checkpoint and "
+                "stopped; run the same command to resume",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 128 + self.stopper.signum
+        return 1 if self.failed else 0
 
 
 def _cannot_write_slurm(path: str) -> str | None:
@@ -744,7 +762,8 @@ def write_slurm(runs: Sequence[Run], path: str, args) -> tuple[str, str]:
     return path, commands_file
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (module docstring)."""
     parser = argparse.ArgumentParser(
         prog="python launch/sweep.py",
         description="Build the paper's sweeps (see the module docstring).",
@@ -784,6 +803,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     slurm.add_argument(
         "--setup", default=None, help="shell line run first, e.g. 'source .venv/bin/activate'"
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     extra = {}
     for item in args.set:

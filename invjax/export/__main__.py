@@ -27,16 +27,12 @@ class _OneLineParser(argparse.ArgumentParser):
 def _outside_the_run(workdir: str, out: str) -> None:
     """``--out`` inside the run's checkpoint folders would become a checkpoint step (or a
     manifest's or a set-aside step's neighbour) of the run it exports: ValueError."""
-    from invjax import checkpoint
+    from invjax import run
 
     if not out or not out.strip() or "\0" in out:
         return  # artifact.check_destination names these
     target = os.path.realpath(out)
-    for sub in (
-        checkpoint.CHECKPOINT_SUBDIR,
-        checkpoint.MANIFEST_SUBDIR,
-        checkpoint.CORRUPT_SUBDIR,
-    ):
+    for sub in (run.CHECKPOINTS_DIR, run.MANIFESTS_DIR, run.CORRUPT_DIR):
         held = os.path.realpath(os.path.join(workdir, sub))
         if os.path.commonpath([target, held]) == held:
             raise ValueError(

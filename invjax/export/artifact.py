@@ -49,6 +49,7 @@ import numpy as np
 
 from invjax import certificate, equivariance
 from invjax import precision as P
+from invjax import run as run_lib
 from invjax.export import (
     INPUT_DTYPES,
     ExportedModel,
@@ -277,49 +278,6 @@ def manifest_problem(m: dict) -> str | None:
 # --------------------------------------------------------------------------- exporting a run
 
 
-def _tuples(tree):
-    """JSON lists back to the tuples the configs hold (groups, scales, ...)."""
-    if isinstance(tree, dict):
-        return {k: _tuples(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return tuple(_tuples(v) for v in tree)
-    return tree
-
-
-def read_run(workdir: str):
-    """``(config, results, restored checkpoint)`` of a finished run; one ValueError otherwise."""
-    import ml_collections
-
-    from invjax import checkpoint
-    from invjax import workdir as workdir_lib
-    from invjax.training import plan
-
-    if not os.path.isdir(workdir):
-        raise ValueError(f"--workdir={workdir}: no such directory")
-    workdir_lib.refuse_seeds_folder(workdir)  # K models: one of its seed_<k>/ is a run
-    stored = checkpoint.read_config(workdir)
-    if stored is None:
-        raise ValueError(
-            f"--workdir={workdir} holds no readable checkpoint: give the directory of a run of "
-            "python -m invjax.main"
-        )
-    config = ml_collections.ConfigDict(_tuples(stored))
-    results = plan.finished_results(config, workdir)
-    if results is None:
-        raise ValueError(
-            f"--workdir={workdir} is not a finished run (its results.json does not record all "
-            f"{config.train.num_epochs} epochs at its newest checkpoint): run the same "
-            "python -m invjax.main command to finish it, then export"
-        )
-    restored = checkpoint.restore_latest(workdir)
-    if restored.step != results["steps"]:
-        raise ValueError(
-            f"--workdir={workdir}: the newest readable checkpoint is step {restored.step}, but the "
-            f"run finished at step {results['steps']}: its final checkpoint is unreadable"
-        )
-    return config, results, restored
-
-
 def _raw_transform(images: np.ndarray, group, g: int) -> np.ndarray:
     """``L_g`` of raw images, kept in their dtype: exact for the grid-exact elements (rotations
     by multiples of 90 degrees and flips permute pixels)."""
@@ -396,64 +354,75 @@ def export_run(workdir: str, out: str, platforms=None) -> dict:
     """Export the finished run ``workdir`` to the new directory ``out``; returns the manifest.
 
     The reported model (best-validation copy where the run selects one, else the last) of the
-    run's final checkpoint; everything checked before ``out`` is written, which appears whole
-    (written beside it, then renamed) or not at all.
+    run's final checkpoint, verified (:mod:`invjax.run`); everything checked before ``out`` is
+    written, which appears whole (written beside it, then renamed) or not at all.
     """
     from invjax import data as data_lib
-    from invjax import invariance, models
-    from invjax.training.state import reported_variables
+    from invjax import models
 
     check_destination(out)
-    config, results, restored = read_run(workdir)
-    variables, chosen = reported_variables(restored.state, restored.meta)
+    finished = run_lib.read_finished(workdir)
+    chosen = finished.reported()
+    config = finished.config
     ds = data_lib.load(config.data)
     model = models.build(config.model)
-    invariance.check_variables(model, ds.image_shape, variables, workdir, config.model)
+    run_lib.check_variables(model, ds.image_shape, chosen.variables, workdir, config.model)
     dtype = ds.test.images.dtype
     if dtype not in (np.uint8, np.float32):
         raise ValueError(
             f"dataset {ds.name!r} stores {dtype} images: export takes uint8 or float32"
         )
-    value_range = [0, 255] if dtype == np.uint8 else [0.0, 1.0]
     program = export(
         model,
-        jax.device_get(variables),
+        jax.device_get(chosen.variables),
         ds.image_shape,
         precision=P.EXACT,
         platforms=platforms,
         input_dtype=str(dtype),
         normalise=(ds.mean, ds.std),
     )
+    manifest = _manifest(finished, chosen, ds, program)
+    manifest["invariance"] = _invariance(program, model, ds.test.images[: certificate.N_IMAGES])
+    manifest["jax_version"] = jax.__version__
+    manifest["created"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    _write(program, manifest, out)
+    return manifest
+
+
+def _manifest(finished: run_lib.Finished, chosen: run_lib.Reported, ds, program) -> dict:
+    """The manifest's input contract, output, source, precision and test errors (module
+    docstring): the run's, and the exported ``program``'s own on the raw test split of ``ds``."""
+    config, results = finished.config, finished.results
     test_error, _ = _test_error(program, ds.test)
+    dtype = ds.test.images.dtype
     h, w, c = ds.image_shape
-    mean, std = ds.mean.tolist(), ds.std.tolist()
-    manifest = {
+    return {
         "format": FORMAT,
         "program": PROGRAM_FILE,
         "input": {
             "shape": ["B", h, w, c],
             "layout": "NHWC, any batch size B",
             "dtype": str(dtype),
-            "range": value_range,
+            "range": list(RANGES[str(dtype)]),
             "as_stored_by": f"invjax.data.load(config.data) of dataset {ds.name!r}",
             "normalisation": {
-                "mean": mean,
-                "std": std,
+                "mean": ds.mean.tolist(),
+                "std": ds.std.tolist(),
                 "applied": "inside the program: "
                 + ("(x / 255 - mean) / std" if dtype == np.uint8 else "(x - mean) / std"),
             },
         },
         "output": {"logits": ["B", ds.num_classes], "classes": list(ds.class_names)},
         "source": {
-            "workdir": os.path.abspath(workdir),
+            "workdir": os.path.abspath(finished.workdir),
             "config_file": results.get("config_file"),
             "overrides": results.get("overrides"),
             "dataset": ds.name,
             "data": json.loads(config.data.to_json_best_effort()),
             "model": str(config.model.name),
             "seed": config.seed,
-            "step": restored.step,
-            **chosen,
+            "step": chosen.step,
+            **chosen.info,
         },
         "precision": {
             "name": P.EXACT,
@@ -467,10 +436,12 @@ def export_run(workdir: str, out: str, platforms=None) -> dict:
             "n_test": len(ds.test),
             "identical": test_error == results["test_error"],
         },
-        "invariance": _invariance(program, model, ds.test.images[: certificate.N_IMAGES]),
-        "jax_version": jax.__version__,
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+
+
+def _write(program: ExportedModel, manifest: dict, out: str) -> None:
+    """``out/model.npz`` and ``out/manifest.json`` with its checksums (added to ``manifest``),
+    written into a folder beside ``out`` and renamed to it: whole or not at all."""
     tmp = f"{os.path.abspath(out).rstrip(os.sep)}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -490,4 +461,3 @@ def export_run(workdir: str, out: str, platforms=None) -> dict:
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return manifest

@@ -107,6 +107,17 @@ def abstract_variables(module: nn.Module, input_shape: Sequence[int], **kwargs):
     )
 
 
+def init_variables(module: nn.Module, image_shape: Sequence[int], rng) -> dict:
+    """``module.init`` on one float32 image ``[1, *image_shape]`` in eval mode with ``rng`` for
+    its parameters and dropout, without sown intermediates: a network's variables as the trainer
+    starts them and as a checkpoint stores them (under ``jax.eval_shape``, the template a
+    checkpoint's variables are checked against)."""
+    x = jnp.zeros((1, *image_shape), jnp.float32)
+    variables = dict(module.init({"params": rng, "dropout": rng}, x, train=False))
+    variables.pop("intermediates", None)
+    return variables
+
+
 def layer_rows(module: nn.Module, input_shape: Sequence[int]) -> list[dict]:
     """One row per parametrised layer: ``path``, ``params`` (count), ``shapes`` and ``output``.
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from absl import logging
-from flax import traverse_util
 
 from invjax import checkpoint, models, parallel
 from invjax import data as data_lib
@@ -27,6 +24,7 @@ from invjax.contract import EpochHooks
 from invjax.data import fingerprint
 from invjax.layers.scale import describe_lowerings
 from invjax.logging_utils import banner
+from invjax.run import check_resume_config, flat_config
 from invjax.training import memory
 from invjax.training.optimizer import (
     count_trainable,
@@ -47,55 +45,11 @@ MAX_STEPS = 10**7
 #: still hold at the end of a run before :func:`bn_statistics_warning` speaks: ``momentum ** steps``.
 BN_RESIDUAL_LIMIT = 0.01
 
-# Keys a resumed run may change (everything else must match the stored config).
-RESUMABLE_KEYS = (
-    "multi_host",
-    "eval_precision",
-    "data.data_dir",
-    "train.num_epochs",
-    "train.eval_batch_size",
-    "train.eval_every_epochs",
-    "train.log_every_steps",
-    "train.checkpoint_every_steps",
-    "train.checkpoint_every_epochs",
-    "train.keep_checkpoints",
-)
-
-
-def flat_config(config) -> dict:
-    d = (
-        json.loads(config.to_json_best_effort())
-        if hasattr(config, "to_json_best_effort")
-        else config
-    )
-    return {".".join(map(str, k)): v for k, v in traverse_util.flatten_dict(d).items()}
-
 
 def config_text(config) -> str:
     """The config as a Markdown table for TensorBoard's TEXT tab."""
     rows = [f"| {k} | {v!r} |" for k, v in sorted(flat_config(config).items())]
     return "\n".join(["| key | value |", "|---|---|", *rows])
-
-
-def check_resume_config(stored: dict | None, config, workdir: str) -> None:
-    """A workdir's checkpoints may only be resumed by the same experiment (RESUMABLE_KEYS aside)."""
-    if stored is None:
-        return
-    old, new = flat_config(stored), flat_config(config)
-    old.setdefault("precision", "default")  # runs from before the setting trained like this
-    diff = [
-        k
-        for k in sorted(set(old) | set(new))
-        if old.get(k) != new.get(k) and k not in RESUMABLE_KEYS
-    ]
-    if diff:
-        shown = ", ".join(f"{k}: {old.get(k)!r} stored, {new.get(k)!r} now" for k in diff[:5])
-        raise ValueError(
-            f"--workdir={workdir} holds checkpoints of a different experiment ({shown}"
-            f"{', ...' if len(diff) > 5 else ''}). Resume it with its own config (saved in "
-            f"{os.path.join(workdir, 'config.json')}) or choose a new --workdir. Only "
-            f"{list(RESUMABLE_KEYS)} may change on resume."
-        )
 
 
 @dataclasses.dataclass

@@ -32,16 +32,16 @@ probabilities and BatchNorm momenta outside [0, 1)); ``--dry_run`` prints
 
 Resuming and reuse. Every run of a phase is an ordinary run (contract 1): it resumes from its own
 checkpoints. A run whose ``results.json`` records all its epochs and whose stored config is this
-one is *finished*: it is reused, never recomputed, so restarting the command resumes whichever
-phase was running. A directory holding checkpoints of a different config stops the command
-before any compute (the run's own message); so does any other bad input of any phase
-(:func:`check` prepares every phase first). Each stage is prepared once: :func:`check` builds
-the :class:`~invjax.training.experiment.Experiment` (dataset, model, optimiser, restored
-checkpoint) that :func:`execute` then runs, and stages with the same data config share one
-loaded dataset; only phase 2's ``init_from`` sources, which phase 1 writes, are loaded when phase 2
-starts. :func:`execute` locks every workdir it will write in
-(``DIR`` and each phase-1 stream workdir still to train, :mod:`invjax.workdir`) before any
-compute: a second command on any of them stops at once, naming the run that holds it.
+one is *finished* (:func:`invjax.run.finished_results`): it is reused, never recomputed, so
+restarting the command resumes whichever phase was running. A directory holding checkpoints of
+a different config stops the command before any compute (the run's own message); so does any
+other bad input of any phase (:func:`check` prepares every phase first). Each stage is prepared
+once: :func:`check` builds the :class:`~invjax.training.experiment.Experiment` (dataset, model,
+optimiser, restored checkpoint) that :func:`execute` then runs, and stages with the same data
+config share one loaded dataset; only phase 2's ``init_from`` sources, which phase 1 writes, are
+loaded when phase 2 starts. :func:`execute` locks every workdir it will write in (``DIR`` and
+each phase-1 stream workdir still to train, :mod:`invjax.workdir`) before any compute: a second
+command on any of them stops at once, naming the run that holds it.
 
 Results. ``DIR/results.json`` is phase 2's results (contract 1: ``test_error``, ``params`` of the
 whole network, ...) plus ``phases``, ``phase1`` (each stream's ``test_error``, ``val_error``,
@@ -54,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import math
 import os
 import time
@@ -65,8 +64,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from invjax import checkpoint, models
 from invjax import data as data_lib
+from invjax import models
+from invjax import run as run_lib
 from invjax import workdir as workdir_lib
 from invjax.contract import EpochHooks
 from invjax.layers.heads import STREAMS as STREAM_NAMES
@@ -75,7 +75,7 @@ from invjax.layers.heads import STREAMS as STREAM_NAMES
 from invjax.layers.ii import scaled_prune_epochs  # noqa: F401
 from invjax.logging_utils import format_duration
 from invjax.training import loop
-from invjax.training.experiment import Experiment, check_resume_config, prepare, with_sources
+from invjax.training.experiment import Experiment, prepare, with_sources
 from invjax.training.optimizer import (
     boundaries_in_epochs,
     check_epochs_scale,
@@ -84,8 +84,7 @@ from invjax.training.optimizer import (
 )
 
 PHASES = ("single", "two_phase", "end_to_end")
-STREAMS_SUBDIR = "streams"
-RESULTS_FILE = "results.json"
+STREAMS_SUBDIR = run_lib.STREAMS_DIR
 
 
 class StageError(ValueError):
@@ -422,34 +421,19 @@ def head_config(config, workdir: str) -> ml_collections.ConfigDict:
     return c
 
 
-# ----------------------------------------------------------------------------- finished runs
-
-
-def finished_results(config, workdir: str) -> dict | None:
-    """The results of a finished run of ``config`` in ``workdir``, else None.
-
-    Finished: ``results.json`` records ``train.num_epochs`` epochs and the newest checkpoint is
-    its last step. A workdir holding another config's checkpoints raises the trainer's
-    ValueError (nothing is touched).
-    """
-    stored = checkpoint.read_config(workdir)
-    if stored is None:
-        return None
-    check_resume_config(stored, config, workdir)
-    path = os.path.join(workdir, RESULTS_FILE)
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as f:
-            results = json.load(f)
-    except (OSError, ValueError):
-        return None  # cut short: the run finishes again (it resumes from its checkpoint)
-    steps = checkpoint.list_steps(workdir)
-    if results.get("epochs") != config.train.num_epochs or not steps:
-        return None
-    if results.get("steps") != steps[-1]:
-        return None
-    return results
+def stored_config(config, workdir: str) -> ml_collections.ConfigDict:
+    """The config that a run of ``config`` (:func:`resolve`-d) in ``workdir`` stores with its
+    checkpoints, which :func:`invjax.run.finished_results` compares: phase 2's
+    (:func:`head_config`) for two phases, else ``config`` with ``model.num_classes`` the
+    dataset's where it is unset (as the run fills it in)."""
+    if phases_of(config) == "two_phase":
+        return head_config(config, workdir)
+    if config.model.get("num_classes") is not None:
+        return config
+    c = config.copy_and_resolve_references()
+    with c.unlocked():
+        c.model.num_classes = num_classes_of(config)
+    return c
 
 
 # ----------------------------------------------------------------------------- check and run
@@ -477,7 +461,7 @@ def check(config, workdir: str) -> Plan:
     datasets: dict[str, Any] = {}  # data config (JSON) -> loaded dataset, shared by the stages
 
     def stage(name, cfg, wd, load_sources=True) -> Stage:
-        done = finished_results(cfg, wd)
+        done = run_lib.finished_results(cfg, wd)
         if done is not None:
             return Stage(name, cfg, wd, done)
         key = cfg.data.to_json_best_effort(sort_keys=True)
@@ -513,10 +497,7 @@ def _error(results) -> str:
 
 def _write_results(workdir: str, results: dict) -> None:
     if jax.process_index() == 0:
-        path = os.path.join(workdir, RESULTS_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump(results, f, indent=2, default=str)
-        os.replace(path + ".tmp", path)
+        run_lib.write_json_atomic(os.path.join(workdir, run_lib.RESULTS_FILE), results)
 
 
 def execute(plan: Plan, say: Callable[[str], None] = _say, record: dict | None = None) -> dict:

@@ -2,9 +2,10 @@
 
 :class:`TrainState` holds the step, parameters, BatchNorm statistics, optimiser state, base key,
 the model's other variable collections and the best-validation variables. A fresh state is
-``model.init`` with ``PRNGKey(seed)``, then the variables of finished runs copied into sub-trees
-(:func:`graft`: phase 2 of multi-stream training starts from the phase-1 stream checkpoints),
-built in one jitted, cheaply compiled call (:func:`state_factory`, :func:`initial_state`).
+``model.init`` with ``PRNGKey(seed)`` (:func:`invjax.models.common.init_variables`), then the
+variables of finished runs copied into sub-trees (:func:`graft`: phase 2 of multi-stream
+training starts from the phase-1 stream checkpoints), built in one jitted, cheaply compiled
+call (:func:`state_factory`, :func:`initial_state`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct, traverse_util
 
+from invjax.models.common import init_variables
 from invjax.training.optimizer import under_prefix
 
 NON_STATE_COLLECTIONS = ("params", "batch_stats", "intermediates")
@@ -56,33 +58,6 @@ def split_variables(variables) -> tuple[Any, Any, dict]:
 
 def best_variables(best) -> dict:
     return {"params": best["params"], "batch_stats": best["batch_stats"], **best["extra"]}
-
-
-def reported_variables(state, meta: dict) -> tuple[dict, dict]:
-    """The model a checkpoint stands for and how it was chosen: ``(variables, info)``.
-
-    ``state``: a restored train-state tree (a dict, :func:`invjax.checkpoint.restore_latest`
-    without a target); ``meta``: its meta. The best-validation copy where the run selects one
-    (``info['selected_by'] = 'best validation'``, ``info['model_epoch']`` its epoch), else the
-    current variables (``'last epoch'``, the checkpoint's epoch). The same choice as
-    :func:`invjax.checkpoint.load_params` and the trainer's final evaluation.
-    """
-    best = state.get("best") or {}
-    source = best or state
-    variables = {"params": source["params"], "batch_stats": source.get("batch_stats") or {}}
-    variables.update(source.get("extra") or {})
-    if best:
-        info = {"selected_by": "best validation", "model_epoch": meta.get("best_epoch")}
-    else:
-        info = {"selected_by": "last epoch", "model_epoch": meta.get("epoch")}
-    return variables, info
-
-
-def init_variables(model, image_shape, rng) -> dict:
-    x = jnp.zeros((1, *image_shape), jnp.float32)
-    variables = dict(model.init({"params": rng, "dropout": rng}, x, train=False))
-    variables.pop("intermediates", None)
-    return variables
 
 
 def _get_path(tree, prefix: str):
