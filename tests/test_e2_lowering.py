@@ -118,7 +118,8 @@ def test_auto_policy_per_layer():
     assert choose_e2_lowering("auto", in_channels=3, lift=True, **kw) == "im2col"
     assert choose_e2_lowering("auto", in_channels=640, **kw) == "winograd"
     assert choose_e2_lowering("auto", in_channels=640, stride=2, **kw) == "direct"
-    assert choose_e2_lowering("auto", in_channels=16, **kw) == "direct"
+    assert choose_e2_lowering("auto", in_channels=256, **kw) == "direct"
+    assert choose_e2_lowering("auto", in_channels=640, **{**kw, "map_shape": (16, 16)}) == "direct"
     assert choose_e2_lowering("auto", in_channels=640, **{**kw, "kernel_size": 3}) == "direct"
     assert choose_e2_lowering("auto", in_channels=640, **{**kw, "backend": "gpu"}) == "direct"
     # past the tiles' byte bound at this batch: the direct form, whose memory does not grow
@@ -131,15 +132,23 @@ def test_auto_policy_per_layer():
 def test_describe_names_each_e2_layers_lowering():
     model = nn.Sequential(
         [
-            E2LiftConv(8, "D8", 5, name="lift"),
-            E2Conv(8, "D8", 5, name="wide"),
-            E2Conv(8, "D8", 5, stride=2, name="down"),
-            E2Conv(8, "D8", 5, lowering="im2col", name="chosen"),
+            E2LiftConv(40, "D8", 5, name="lift"),
+            E2Conv(40, "D8", 5, name="wide"),
+            E2Conv(40, "D8", 5, stride=2, name="down"),
+            E2Conv(40, "D8", 5, name="small"),
+            E2Conv(40, "D8", 5, lowering="im2col", name="chosen"),
         ]
     )
-    text = describe_lowerings(model, (4, 16, 16, 3))
-    assert text.startswith("E(2) convolutions (cpu): layers_0 lift 3->128 on 16x16 k5: im2col; ")
-    assert "layers_2 128->128 on 16x16 k5 stride 2: direct" in text
+    text = describe_lowerings(model, (4, 32, 32, 3))
+    assert text.startswith("E(2) convolutions (cpu): layers_0 lift 3->640 on 32x32 k5: im2col; ")
+    assert "layers_2 640->640 on 32x32 k5 stride 2: direct" in text
     parts = text.split(": ", 1)[1].split("; ")
-    assert [p.rsplit(": ", 1)[1] for p in parts] == ["im2col", "winograd", "direct", "im2col"]
-    assert lowering_choice(E2Conv(8, "D8", 5), (4, 16, 16, 128)) == "winograd"
+    assert [p.rsplit(": ", 1)[1] for p in parts] == [
+        "im2col",
+        "winograd",
+        "direct",
+        "direct",
+        "im2col",
+    ]
+    assert lowering_choice(E2Conv(40, "D8", 5), (4, 32, 32, 640)) == "winograd"
+    assert lowering_choice(E2Conv(40, "D8", 5), (4, 16, 16, 640)) == "direct"

@@ -137,8 +137,11 @@ E2_LOWERINGS = ("auto", "direct", "im2col", "winograd", "fft")
 #: 'auto' on CPU takes 'winograd' for a stride-1 E(2) convolution with a kernel of at least
 #: this size (and points in :data:`invjax.ops.conv.WINOGRAD_POINTS`) ...
 WINOGRAD_MIN_KERNEL = 5
-#: ... and at least this many input channels (``Ci |G|``).
-WINOGRAD_MIN_CHANNELS = 64
+#: ... at least this many input channels (``Ci |G|``) ...
+WINOGRAD_MIN_CHANNELS = 640
+#: ... on maps whose smaller side has at least this many pixels (below, the kernel's transform
+#: and the tiles' short products cost more than the multiplies saved: docs/benchmarks.md).
+WINOGRAD_MIN_SIDE = 32
 
 
 def winograd_tile_bytes(map_shape, kernel_size: int, channels: int, batch=None) -> int:
@@ -181,7 +184,8 @@ def choose_e2_lowering(
     :data:`AUTO_FAST_PRECISIONS`: there ``'im2col'`` for a lift whose rows hold at most
     :data:`IM2COL_MAX_DEPTH` values and whose patches fit :data:`IM2COL_MAX_BYTES`, and
     ``'winograd'`` for a kernel of at least :data:`WINOGRAD_MIN_KERNEL` taps a side on at least
-    :data:`WINOGRAD_MIN_CHANNELS` input channels whose tiles (:func:`winograd_tile_bytes`) fit
+    :data:`WINOGRAD_MIN_CHANNELS` input channels and maps of at least :data:`WINOGRAD_MIN_SIDE`
+    pixels a side whose tiles (:func:`winograd_tile_bytes`) fit
     :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES`.
     """
     if lowering not in E2_LOWERINGS:
@@ -200,6 +204,7 @@ def choose_e2_lowering(
         kernel_size >= WINOGRAD_MIN_KERNEL
         and kernel_size in WINOGRAD_POINTS
         and in_channels >= WINOGRAD_MIN_CHANNELS
+        and min(map_shape) >= WINOGRAD_MIN_SIDE
         and winograd_tile_bytes(map_shape, kernel_size, in_channels, batch) <= WINOGRAD_MAX_BYTES
     ):
         return "winograd"
