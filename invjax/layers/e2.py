@@ -41,6 +41,7 @@ from invjax.fields import FieldType
 from invjax.groups import Group, as_group_fields, check_chain, dihedral, is_subgroup
 from invjax.ops import e2 as ops
 from invjax.ops.conv import conv2d, inference_kernel
+from invjax.ops.lowering import E2_LOWERINGS, choose_e2_lowering
 
 D4 = dihedral(4)  # the layers' default group
 
@@ -80,6 +81,29 @@ def _conv_exact_group(module, input_shape) -> Group:
 def _regular_in(module, in_type: FieldType, where: str) -> None:
     if in_type != FieldType.regular_type(module.group):
         raise fields.mismatch(where, f"regular {module.group.name} fields", in_type)
+
+
+def lowering_choice(layer, x_shape) -> str:
+    """The :func:`invjax.ops.conv.conv2d` method :class:`E2LiftConv` or :class:`E2Conv` ``layer``
+    uses on an input of ``x_shape`` ``[B, H, W, C]`` on this backend, in its training form and
+    its inference form alike (:func:`invjax.ops.lowering.choose_e2_lowering` with the layer's
+    ``lowering``, kernel, stride, dilation, precision and the input's channels and batch)."""
+    if layer.lowering not in E2_LOWERINGS:
+        raise ValueError(
+            f"{type(layer).__name__}: lowering={layer.lowering!r} is unknown: choose one of "
+            f"{E2_LOWERINGS}"
+        )
+    return choose_e2_lowering(
+        layer.lowering,
+        in_channels=x_shape[-1],
+        map_shape=(x_shape[1], x_shape[2]),
+        kernel_size=layer.kernel_size,
+        stride=layer.stride,
+        dilation=layer.dilation,
+        precision=layer.precision,
+        lift=isinstance(layer, E2LiftConv),
+        batch=x_shape[0],
+    )
 
 
 def _steerable_basis(module, g):
@@ -142,6 +166,11 @@ class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
 
     exact_group = _conv_exact_group
 
+    #: How the convolution after the kernel expansion is computed, one of
+    #: :data:`invjax.ops.lowering.E2_LOWERINGS` (speed and memory only, the same sums):
+    #: ``'auto'`` chooses per layer (:func:`lowering_choice`).
+    lowering: str = "auto"
+
     def out_type(self, in_type: FieldType) -> FieldType:
         """trivial -> regular ``group`` (module docstring, "Field types")."""
         if in_type != fields.TRIVIAL:
@@ -160,9 +189,9 @@ class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
         phi = self.basis(g)
         nb = phi.shape[1]
         w = self.param("weight", _he(x.shape[-1], nb), (x.shape[-1], self.features, nb))
-        return fields.emit(
-            ops.lift_conv(x, w, phi, self.stride, self.downsample, self.precision), out
-        )
+        method = lowering_choice(self, x.shape)
+        y = ops.lift_conv(x, w, phi, self.stride, self.downsample, self.precision, method)
+        return fields.emit(y, out)
 
     def inference_arrays(self, x):
         """``{'kernel': [k', k', Ci, features * |G|]}``: ``K = sum_b w_b Phi_b`` expanded once
@@ -173,9 +202,15 @@ class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
         return {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
 
     def inference_call(self, arrays, x):
-        """The layer from :meth:`inference_arrays`: one plain convolution."""
+        """The layer from :meth:`inference_arrays`: one plain convolution, lowered as the
+        training form is (:func:`lowering_choice`)."""
         return conv2d(
-            x, arrays["kernel"], self.stride, downsample=self.downsample, precision=self.precision
+            x,
+            arrays["kernel"],
+            self.stride,
+            downsample=self.downsample,
+            precision=self.precision,
+            method=lowering_choice(self, x.shape),
         )
 
 
@@ -235,6 +270,11 @@ class E2Conv(Exact, Typed, Exportable, Precise, nn.Module):
 
     exact_group = _conv_exact_group
 
+    #: How the convolution after the kernel expansion is computed, one of
+    #: :data:`invjax.ops.lowering.E2_LOWERINGS` (speed and memory only, the same sums):
+    #: ``'auto'`` chooses per layer (:func:`lowering_choice`).
+    lowering: str = "auto"
+
     def out_type(self, in_type: FieldType) -> FieldType:
         """regular ``group`` -> regular ``group`` (trivial with ``trivial_out``)."""
         _regular_in(self, in_type, f"E2Conv({self.group.name})")
@@ -253,15 +293,13 @@ class E2Conv(Exact, Typed, Exportable, Precise, nn.Module):
         phi = self.basis(g)
         nb = phi.shape[1]
         init = _he(ci * g.order, nb)
+        method = lowering_choice(self, x.shape)
+        conv_args = (self.stride, self.downsample, self.precision, method)
         if self.trivial_out:
             w = self.param("weight", init, (ci, self.features, nb))
-            return fields.emit(
-                ops.trivial_conv(x, w, phi, self.stride, self.downsample, self.precision), out
-            )
+            return fields.emit(ops.trivial_conv(x, w, phi, *conv_args), out)
         w = self.param("weight", init, (ci, self.features, g.order, nb))
-        return fields.emit(
-            ops.group_conv(x, w, phi, g, self.stride, self.downsample, self.precision), out
-        )
+        return fields.emit(ops.group_conv(x, w, phi, g, *conv_args), out)
 
     def inference_arrays(self, x):
         """``{'kernel': [k', k', Ci |G|, features * |G|]}`` (``[.., features]`` with
@@ -279,9 +317,15 @@ class E2Conv(Exact, Typed, Exportable, Precise, nn.Module):
         return {"kernel": inference_kernel(kernel, x.shape, self.stride, self.downsample)}
 
     def inference_call(self, arrays, x):
-        """The layer from :meth:`inference_arrays`: one plain convolution."""
+        """The layer from :meth:`inference_arrays`: one plain convolution, lowered as the
+        training form is (:func:`lowering_choice`)."""
         return conv2d(
-            x, arrays["kernel"], self.stride, downsample=self.downsample, precision=self.precision
+            x,
+            arrays["kernel"],
+            self.stride,
+            downsample=self.downsample,
+            precision=self.precision,
+            method=lowering_choice(self, x.shape),
         )
 
 

@@ -364,22 +364,36 @@ def lowering_choice(layer: nn.Module, x_shape) -> str:
 
 
 def describe_lowerings(model: nn.Module, x_shape, **call_kwargs) -> str:
-    """One line naming how each scale convolution of ``model`` is lowered on this backend for
-    inputs of ``x_shape`` (traced abstractly: ``jax.eval_shape`` of ``model.init``, no compute),
-    e.g. ``scale convolutions (cpu): conv1 lift 1->32 on 56x56 k15: fft;``
-    ``conv2 32->63 on 28x28 k15: fft``; ``""`` for a model without any. ``call_kwargs`` go to the
-    model's ``__call__`` (e.g. ``train=False``)."""
-    found = []
+    """How each scale and E(2) convolution of ``model`` is lowered on this backend for inputs of
+    ``x_shape`` (traced abstractly: ``jax.eval_shape`` of ``model.init``, no compute): one line
+    per family, e.g. ``scale convolutions (cpu): conv1 lift 1->32 on 56x56 k15: fft;``
+    ``conv2 32->63 on 28x28 k15: fft`` and ``E(2) convolutions (cpu):``
+    ``conv1 lift 3->24 on 32x32 k5: im2col; ...`` (:func:`invjax.layers.e2.lowering_choice`), joined by ``"\n  "``; ``""`` for a
+    model without any. ``call_kwargs`` go to the model's ``__call__`` (e.g. ``train=False``)."""
+    from invjax.layers import e2 as e2_layers  # the E(2) layers import nothing of this module
+
+    found = {"scale": [], "E(2)": []}
+    e2_kinds = (e2_layers.E2LiftConv, e2_layers.E2Conv)
 
     def record(next_fun, args, kwargs, context):
         layer = context.module
-        if context.method_name == "__call__" and isinstance(layer, ScaleLiftConv | ScaleConv):
+        if context.method_name == "__call__" and isinstance(
+            layer, (ScaleLiftConv, ScaleConv, *e2_kinds)
+        ):
             x = args[0]
-            kind = "lift " if isinstance(layer, ScaleLiftConv) else ""
-            found.append(
-                f"{layer.name} {kind}{x.shape[-1]}->{layer.features} on "
+            x = getattr(x, "tensor", x)  # an E(2) layer may be called on a typed Field
+            e2 = isinstance(layer, e2_kinds)
+            lift = isinstance(layer, ScaleLiftConv | e2_layers.E2LiftConv)
+            choice = (e2_layers.lowering_choice if e2 else lowering_choice)(layer, x.shape)
+            out = layer.features
+            name = layer.name
+            if e2:  # channels out, and the path: E(2) blocks reuse their layers' names
+                out *= 1 if getattr(layer, "trivial_out", False) else layer.group.order
+                name = "/".join(layer.path) or name
+            found["E(2)" if e2 else "scale"].append(
+                f"{name} {'lift ' if lift else ''}{x.shape[-1]}->{out} on "
                 f"{x.shape[1]}x{x.shape[2]} k{layer.kernel_size}"
-                f"{'' if layer.stride == 1 else ' stride 2'}: {lowering_choice(layer, x.shape)}"
+                f"{'' if layer.stride == 1 else ' stride 2'}: {choice}"
             )
         return next_fun(*args, **kwargs)
 
@@ -387,6 +401,9 @@ def describe_lowerings(model: nn.Module, x_shape, **call_kwargs) -> str:
     with nn.intercept_methods(record):
         key = jax.random.PRNGKey(0)
         jax.eval_shape(lambda x: model.init({"params": key, "dropout": key}, x, **call_kwargs), x)
-    if not found:
-        return ""
-    return f"scale convolutions ({jax.default_backend()}): " + "; ".join(found)
+    lines = [
+        f"{family} convolutions ({jax.default_backend()}): " + "; ".join(items)
+        for family, items in found.items()
+        if items
+    ]
+    return "\n  ".join(lines)

@@ -21,6 +21,8 @@ them (tests/test_properties.py).
 Equivariance: with :func:`invjax.ops.conv.conv2d`, ``conv(L_u x) = L_u conv(x)`` for every ``u``
 that maps the pixel grid onto itself, to float32 rounding; for other angles the error is that of
 resampling the input. ``precision``: the arithmetic of every product (:mod:`invjax.precision`).
+``method``: how the convolution after the expansion is computed (:func:`invjax.ops.conv.conv2d`'s
+methods; the layers choose it per layer with :func:`invjax.ops.lowering.choose_e2_lowering`).
 """
 
 from __future__ import annotations
@@ -83,10 +85,11 @@ def lift_conv(
     stride: int = 1,
     downsample: str = "symmetric",
     precision: str | None = None,
+    method: str = "direct",
 ) -> Float[Array, "n h2 w2 co*g"]:
     """Trivial ``[B, H, W, Ci]`` -> regular ``[B, H', W', Co * G]``."""
     kernel = expand_lift(weight, phi, precision)
-    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision, method=method)
 
 
 def group_conv(
@@ -97,10 +100,11 @@ def group_conv(
     stride: int = 1,
     downsample: str = "symmetric",
     precision: str | None = None,
+    method: str = "direct",
 ) -> Float[Array, "n h2 w2 co*g"]:
     """Regular ``[B, H, W, Ci * G]`` -> regular ``[B, H', W', Co * G]``."""
     kernel = expand_regular(weight, phi, group, precision)
-    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision, method=method)
 
 
 def trivial_conv(
@@ -110,10 +114,11 @@ def trivial_conv(
     stride: int = 1,
     downsample: str = "symmetric",
     precision: str | None = None,
+    method: str = "direct",
 ) -> Float[Array, "n h2 w2 co"]:
     """Regular ``[B, H, W, Ci * G]`` -> trivial (invariant fields) ``[B, H', W', Co]``."""
     kernel = expand_to_trivial(weight, phi, precision)
-    return conv2d(x, kernel, stride, downsample=downsample, precision=precision)
+    return conv2d(x, kernel, stride, downsample=downsample, precision=precision, method=method)
 
 
 def group_pool(

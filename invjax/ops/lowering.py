@@ -24,7 +24,14 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from invjax.ops.conv import FFT_PRECISIONS, IM2COL_MAX_BYTES, fft_precision
+from invjax.ops.conv import (
+    FFT_PRECISIONS,
+    IM2COL_MAX_BYTES,
+    WINOGRAD_MAX_BYTES,
+    WINOGRAD_POINTS,
+    WINOGRAD_TILE,
+    fft_precision,
+)
 
 LOWERINGS = ("auto", "grouped", "per_scale", "per_scale_compact", "fft", "im2col")
 #: 'auto' on each backend where the shapes call for nothing else (TPU, unmeasured: 'grouped').
@@ -121,3 +128,84 @@ def choose_lowering(
     if kernel_size >= FFT_MIN_SPAN_RATIO * min(map_shape):
         return "fft"
     return base
+
+
+#: How an E(2) convolution (:mod:`invjax.layers.e2`) computes its one convolution after the
+#: kernel expansion: ``'auto'`` (:func:`choose_e2_lowering`) or one of
+#: :data:`invjax.ops.conv.METHODS` (speed and memory only, the same sums).
+E2_LOWERINGS = ("auto", "direct", "im2col", "winograd", "fft")
+#: 'auto' on CPU takes 'winograd' for a stride-1 E(2) convolution with a kernel of at least
+#: this size (and points in :data:`invjax.ops.conv.WINOGRAD_POINTS`) ...
+WINOGRAD_MIN_KERNEL = 5
+#: ... at least this many input channels (``Ci |G|``) ...
+WINOGRAD_MIN_CHANNELS = 640
+#: ... on maps whose smaller side has at least this many pixels (below, the kernel's transform
+#: and the tiles' short products cost more than the multiplies saved: docs/benchmarks.md).
+WINOGRAD_MIN_SIDE = 32
+
+
+def winograd_tile_bytes(map_shape, kernel_size: int, channels: int, batch=None) -> int:
+    """Bytes of the float32 transformed tiles of :func:`invjax.ops.conv.winograd_tiles`:
+    ``4 B ceil(H / 2) ceil(W / 2) (k + 1)^2 Cin`` (``(k + 1)^2 / 4`` times the input), for
+    ``batch`` images (one where it is symbolic)."""
+    b = batch if isinstance(batch, int | np.integer) else 1
+    m, n = WINOGRAD_TILE, WINOGRAD_TILE + kernel_size - 1
+    return 4 * b * (-(-map_shape[0] // m)) * (-(-map_shape[1] // m)) * n * n * channels
+
+
+def choose_e2_lowering(
+    lowering: str,
+    *,
+    in_channels: int,
+    map_shape: tuple[int, int],
+    kernel_size: int,
+    stride: int = 1,
+    dilation: int = 1,
+    precision: str | None = None,
+    backend: str | None = None,
+    lift: bool = False,
+    batch=None,
+) -> str:
+    """The :func:`invjax.ops.conv.conv2d` method an E(2) convolution uses.
+
+    Args:
+      lowering: one of :data:`E2_LOWERINGS`; used as given unless it is ``'auto'`` (an explicit
+        ``'fft'`` or ``'winograd'`` with a precision it cannot honour is one error, before any
+        compute; ``conv2d`` refuses a stride or dilation the method cannot take).
+      in_channels: the convolution's input channels (``Ci`` for a lift, ``Ci |G|`` otherwise).
+      map_shape: the input's ``(H, W)``.
+      kernel_size: ``k`` of the ``k x k`` filters.
+      stride, dilation, precision: the layer's.
+      backend: default ``jax.default_backend()``.
+      lift: whether the layer is a lifting convolution (trivial input fields).
+      batch: images per call (None or symbolic: unknown).
+
+    ``'auto'`` is ``'direct'`` except on CPU at stride 1, no dilation and a precision in
+    :data:`AUTO_FAST_PRECISIONS`: there ``'im2col'`` for a lift whose rows hold at most
+    :data:`IM2COL_MAX_DEPTH` values and whose patches fit :data:`IM2COL_MAX_BYTES`, and
+    ``'winograd'`` for a kernel of at least :data:`WINOGRAD_MIN_KERNEL` taps a side on at least
+    :data:`WINOGRAD_MIN_CHANNELS` input channels and maps of at least :data:`WINOGRAD_MIN_SIDE`
+    pixels a side whose tiles (:func:`winograd_tile_bytes`) fit
+    :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES`.
+    """
+    if lowering not in E2_LOWERINGS:
+        raise ValueError(f"lowering={lowering!r} is unknown: choose one of {E2_LOWERINGS}")
+    if lowering in ("fft", "winograd"):
+        fft_precision(precision, lowering)
+    if lowering != "auto":
+        return lowering
+    backend = backend or jax.default_backend()
+    if backend != "cpu" or stride != 1 or dilation != 1 or precision not in AUTO_FAST_PRECISIONS:
+        return "direct"
+    if lift and in_channels * kernel_size**2 <= IM2COL_MAX_DEPTH:
+        if lift_patch_bytes(map_shape, kernel_size, in_channels, batch) <= IM2COL_MAX_BYTES:
+            return "im2col"
+    if (
+        kernel_size >= WINOGRAD_MIN_KERNEL
+        and kernel_size in WINOGRAD_POINTS
+        and in_channels >= WINOGRAD_MIN_CHANNELS
+        and min(map_shape) >= WINOGRAD_MIN_SIDE
+        and winograd_tile_bytes(map_shape, kernel_size, in_channels, batch) <= WINOGRAD_MAX_BYTES
+    ):
+        return "winograd"
+    return "direct"

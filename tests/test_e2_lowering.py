@@ -1,0 +1,154 @@
+"""The lowerings of the E(2) convolutions (conv2d's methods chosen per layer by
+invjax.ops.lowering.choose_e2_lowering): every lowering exact under 90-degree rotations and flips
+of real photos and equal to the direct form, the choice named in describe_lowerings, explicit
+choices honoured, bad choices refused before compute."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from invjax import groups as G
+from invjax import precision as P
+from invjax.equivariance import relative_error as rel
+from invjax.layers.e2 import E2Conv, E2LiftConv, lowering_choice
+from invjax.layers.scale import describe_lowerings
+from invjax.ops import conv as C
+from invjax.ops.lowering import E2_LOWERINGS, choose_e2_lowering
+
+ON_CPU = jax.default_backend() == "cpu"
+METHODS = [m for m in E2_LOWERINGS if m != "auto"]
+
+
+def _normal(seed, shape):
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("k", [3, 5])
+@pytest.mark.parametrize("size", [32, 33])
+def test_every_lowering_is_exact_on_photos(method, k, size, photo_batch):
+    """Lift, group convolution and invariant convolution (D4, stride 1) in each lowering: every
+    element of D4 commutes with the layers on two real photos to float32 rounding (bound 1e-5),
+    and each lowering's outputs equal the direct lowering's (bound 1e-5)."""
+    x = jnp.asarray(photo_batch)
+    if size == 33:  # an odd grid: the Winograd tiles then overhang the map by one row
+        x = jnp.pad(x, ((0, 0), (0, 1), (0, 1), (0, 0)), mode="edge")
+    g = G.parse_group("D4")
+    layers = [
+        E2LiftConv(3, g, k, lowering=method),
+        E2Conv(4, g, k, lowering=method),
+        E2Conv(5, g, k, trivial_out=True, lowering=method),
+    ]
+    direct = [layer.clone(lowering="direct") for layer in layers]
+    variables, y, ref = [], x, x
+    for i, (layer, d) in enumerate(zip(layers, direct, strict=True)):
+        v = layer.init(jax.random.PRNGKey(i), y)
+        variables.append(v)
+        y, ref = layer.apply(v, y), d.apply(v, ref)
+        assert rel(y, ref) < 1e-5, (method, i)
+    for e in range(g.order):
+        ye = G.transform(x, g, e)
+        for layer, v in zip(layers, variables, strict=True):
+            ye = layer.apply(v, ye)
+        assert rel(ye, G.transform(y, g, e)) < 1e-5, (method, e)
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_winograd_gradients_match_direct(k):
+    """``'winograd'`` against ``'direct'``: outputs and both gradients (input and kernel) to
+    float32 rounding, on a map with a partial tile, and in chunks past its byte bound."""
+    x, kern = _normal(0, (5, 9, 10, 6)), _normal(1, (k, k, 6, 4))
+
+    def loss(method):
+        return lambda kern, x: jnp.sum(C.conv2d(x, kern, precision="highest", method=method) ** 2)
+
+    for a, b in zip(
+        jax.grad(loss("winograd"), (0, 1))(kern, x),
+        jax.grad(loss("direct"), (0, 1))(kern, x),
+        strict=True,
+    ):
+        assert float(jnp.abs(a - b).max() / jnp.abs(b).max()) < 1e-5
+    small = 4 * 2 * 5 * 5 * (k + 1) ** 2 * 6  # two images' tiles: chunks of half an image -> 1
+    assert C.winograd_chunk(x.shape, k, small) == 1
+    chunked = C._winograd_correlation(x, kern, "highest", max_bytes=small)
+    assert rel(chunked, C.conv2d(x, kern, precision="highest")) < 1e-5
+
+
+@pytest.mark.parametrize("mode", P.ALL)
+def test_winograd_honours_or_refuses_each_precision(mode):
+    x, kern = _normal(0, (2, 8, 8, 3)), _normal(1, (5, 5, 3, 4))
+    if mode in C.FFT_PRECISIONS:
+        direct = C.conv2d(x, kern, precision=mode)
+        assert rel(C.conv2d(x, kern, precision=mode, method="winograd"), direct) < 1e-5
+        assert choose_e2_lowering("winograd", in_channels=3, map_shape=(8, 8), kernel_size=5,
+                                  precision=mode) == "winograd"  # fmt: skip
+        return
+    with pytest.raises(ValueError, match=f"precision='{mode}' is invalid for the Winograd"):
+        C.conv2d(x, kern, precision=mode, method="winograd")
+    layer = E2Conv(2, "D4", 5, lowering="winograd", precision=mode)
+    with pytest.raises(ValueError, match=f"precision='{mode}' is invalid for the Winograd"):
+        layer.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 8)))
+    # 'auto' never takes a float32-only lowering for a mode it cannot honour
+    auto = choose_e2_lowering("auto", in_channels=640, map_shape=(32, 32), kernel_size=5,
+                              precision=mode, backend="cpu")  # fmt: skip
+    assert auto == "direct"
+
+
+def test_bad_lowerings_are_refused_before_compute():
+    x = jnp.zeros((1, 8, 8, 8))
+    with pytest.raises(ValueError, match="lowering='gemm' is unknown: choose one of"):
+        E2Conv(2, "D4", 3, lowering="gemm").init(jax.random.PRNGKey(0), x)
+    with pytest.raises(ValueError, match="method='winograd' needs stride 1"):
+        E2Conv(2, "D4", 3, stride=2, lowering="winograd").init(jax.random.PRNGKey(0), x)
+    with pytest.raises(ValueError, match="winograd: kernel size 7 is invalid: choose one of"):
+        C.conv2d(x, jnp.zeros((7, 7, 8, 2)), method="winograd")
+    with pytest.raises(ValueError, match="method='winograd' needs stride 1 .* and dilation 1"):
+        C.conv2d(x, jnp.zeros((3, 3, 8, 2)), dilation=2, method="winograd")
+
+
+def test_auto_policy_per_layer():
+    """``'auto'``: the GEMM (im2col) for a few-channel lift, Winograd for a wide stride-1 5x5
+    layer on CPU, direct for 3x3, stride 2, few channels, other backends; explicit choices
+    used as given."""
+    kw = dict(map_shape=(32, 32), kernel_size=5, backend="cpu", precision="default")
+    assert choose_e2_lowering("auto", in_channels=3, lift=True, **kw) == "im2col"
+    assert choose_e2_lowering("auto", in_channels=640, **kw) == "winograd"
+    assert choose_e2_lowering("auto", in_channels=640, stride=2, **kw) == "direct"
+    assert choose_e2_lowering("auto", in_channels=256, **kw) == "direct"
+    assert choose_e2_lowering("auto", in_channels=640, **{**kw, "map_shape": (16, 16)}) == "direct"
+    assert choose_e2_lowering("auto", in_channels=640, **{**kw, "kernel_size": 3}) == "direct"
+    assert choose_e2_lowering("auto", in_channels=640, **{**kw, "backend": "gpu"}) == "direct"
+    # past the tiles' byte bound at this batch: the direct form, whose memory does not grow
+    assert choose_e2_lowering("auto", in_channels=640, batch=1024, **kw) == "direct"
+    for method in METHODS:
+        assert choose_e2_lowering(method, in_channels=640, **kw) == method
+
+
+@pytest.mark.skipif(not ON_CPU, reason="the CPU policy")
+def test_describe_names_each_e2_layers_lowering():
+    model = nn.Sequential(
+        [
+            E2LiftConv(40, "D8", 5, name="lift"),
+            E2Conv(40, "D8", 5, name="wide"),
+            E2Conv(40, "D8", 5, stride=2, name="down"),
+            E2Conv(40, "D8", 5, name="small"),
+            E2Conv(40, "D8", 5, lowering="im2col", name="chosen"),
+        ]
+    )
+    text = describe_lowerings(model, (4, 32, 32, 3))
+    assert text.startswith("E(2) convolutions (cpu): layers_0 lift 3->640 on 32x32 k5: im2col; ")
+    assert "layers_2 640->640 on 32x32 k5 stride 2: direct" in text
+    parts = text.split(": ", 1)[1].split("; ")
+    assert [p.rsplit(": ", 1)[1] for p in parts] == [
+        "im2col",
+        "winograd",
+        "direct",
+        "direct",
+        "im2col",
+    ]
+    assert lowering_choice(E2Conv(40, "D8", 5), (4, 32, 32, 640)) == "winograd"
+    assert lowering_choice(E2Conv(40, "D8", 5), (4, 16, 16, 640)) == "direct"
