@@ -63,8 +63,8 @@ def test_each_method_honours_or_refuses_each_precision(mode):
 
 def test_method_errors_name_the_value():
     x, kern = jnp.zeros((1, 8, 8, 4)), jnp.zeros((3, 3, 2, 4))
-    with pytest.raises(ValueError, match="method='winograd' is unknown"):
-        C.conv2d(x, jnp.zeros((3, 3, 4, 4)), method="winograd")
+    with pytest.raises(ValueError, match="method='bogus' is unknown"):
+        C.conv2d(x, jnp.zeros((3, 3, 4, 4)), method="bogus")
     with pytest.raises(ValueError, match="method='im2col' needs stride 1 and feature_group_count"):
         C.conv2d(x, kern, feature_group_count=2, method="im2col")
     with pytest.raises(ValueError, match="method='fft' needs stride 1 .* and dilation 1"):

@@ -167,9 +167,10 @@ class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
     exact_group = _conv_exact_group
 
     #: How the convolution after the kernel expansion is computed, one of
-    #: :data:`invjax.ops.lowering.E2_LOWERINGS` (speed and memory only, the same sums):
-    #: ``'auto'`` chooses per layer (:func:`lowering_choice`).
     lowering: str = "auto"
+    """How the convolution is computed: a name of :data:`invjax.ops.lowering.E2_LOWERINGS`
+    (speed and memory only, the same sums to float32 rounding); ``'auto'`` chooses per layer
+    and backend (:func:`lowering_choice`)."""
 
     def out_type(self, in_type: FieldType) -> FieldType:
         """trivial -> regular ``group`` (module docstring, "Field types")."""
@@ -271,9 +272,10 @@ class E2Conv(Exact, Typed, Exportable, Precise, nn.Module):
     exact_group = _conv_exact_group
 
     #: How the convolution after the kernel expansion is computed, one of
-    #: :data:`invjax.ops.lowering.E2_LOWERINGS` (speed and memory only, the same sums):
-    #: ``'auto'`` chooses per layer (:func:`lowering_choice`).
     lowering: str = "auto"
+    """How the convolution is computed: a name of :data:`invjax.ops.lowering.E2_LOWERINGS`
+    (speed and memory only, the same sums to float32 rounding); ``'auto'`` chooses per layer
+    and backend (:func:`lowering_choice`)."""
 
     def out_type(self, in_type: FieldType) -> FieldType:
         """regular ``group`` -> regular ``group`` (trivial with ``trivial_out``)."""
