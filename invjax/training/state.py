@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct, traverse_util
 
+from invjax.models import initialise
 from invjax.training.optimizer import under_prefix
 
 NON_STATE_COLLECTIONS = ("params", "batch_stats", "intermediates")
@@ -78,10 +79,7 @@ def reported_variables(state, meta: dict) -> tuple[dict, dict]:
 
 
 def init_variables(model, image_shape, rng) -> dict:
-    x = jnp.zeros((1, *image_shape), jnp.float32)
-    variables = dict(model.init({"params": rng, "dropout": rng}, x, train=False))
-    variables.pop("intermediates", None)
-    return variables
+    return initialise.init_variables(model, image_shape, rng)
 
 
 def _get_path(tree, prefix: str):
