@@ -110,8 +110,8 @@ def _compile(lowered):
 
 
 def init(module: nn.Module, rngs, *args, **kwargs) -> dict:
-    """``module.init(rngs, *args, **kwargs)``, equal bit for bit to the eager call, from one
-    compiled program (see the module docstring).
+    """``module.init(rngs, *args, **kwargs)``, equal bit for bit to the eager call on CPU (where
+    the tests check it), from one compiled program (see the module docstring).
 
     ``rngs``: a key or a dict of keys, as for ``init``; ``args``: arrays (their values reach the
     program as arguments); ``kwargs``: static (e.g. ``train=False``). Inside a trace (``jax.jit``,
@@ -133,8 +133,9 @@ def init(module: nn.Module, rngs, *args, **kwargs) -> dict:
 def init_variables(model: nn.Module, image_shape, rng) -> dict:
     """The variables of ``model`` for images ``image_shape`` (``[H, W, C]``): ``model.init`` with
     ``rng`` as the ``params`` and ``dropout`` key on one zero image in eval mode, without the
-    ``intermediates`` collection. Compiled as one program by :func:`init` on a concrete key,
-    traced as ``model.init`` inside a trace; the same values either way as before."""
+    ``intermediates`` collection. On a concrete key: one program by :func:`init`, with the eager
+    ``model.init``'s values. Inside a trace (the trainer's jitted state, ``jax.eval_shape``):
+    ``model.init`` traced as it always was, so the trainer's program and values stay."""
     x = jnp.zeros((1, *image_shape), jnp.float32)
     rngs = {"params": rng, "dropout": rng}
     variables = dict(init(model, rngs, x, train=False))
