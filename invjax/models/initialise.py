@@ -14,9 +14,9 @@ the operations that some variable depends on (the forward pass goes), and emits 
 behind an ``optimization_barrier``: XLA then optimises every operation on its own, as eager
 dispatch compiles it, never two together. Constants (the bases, Python scalars) pass a barrier
 too: eager hands them to each operation as run-time arguments, where XLA would otherwise fold
-them at compile time. On CPU the program is compiled at LLVM optimisation level 1: level 0 emits
-other code for ``log`` (inside ``erfinv``) and so other values, level 1 the same code as eager's
-level 2 at a fraction of its compile time. ``tests/test_initialise.py`` checks the equality bit
+them at compile time. On CPU the program is compiled at LLVM optimisation level 1: at level 0
+``jax.random.normal`` alone already gives other values than eager's (level 2) code; level 1 gives
+the same at a fraction of level 2's compile time. ``tests/test_initialise.py`` checks the equality bit
 for bit on E(2), scale and multi-stream networks.
 
 :func:`init_variables` is the trainer's initialisation (``invjax.training.state``): inside a
