@@ -576,7 +576,7 @@ def _variables(m: _Measured, workdir: str | None, seed: int) -> tuple[dict, dict
     """``(variables, how they were obtained)``: the reported model of the run in ``workdir``
     (newest verified checkpoint, :func:`invjax.run.reported`, checked against the model), or
     the model initialised from ``seed``."""
-    from invjax.models.common import init_variables
+    from invjax.initialise import init_variables
 
     if workdir:
         from invjax import run as run_lib

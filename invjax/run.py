@@ -336,7 +336,7 @@ def check_variables(model, image_shape, variables, workdir: str, model_cfg) -> N
     from flax import traverse_util
 
     from invjax import checkpoint
-    from invjax.models.common import init_variables
+    from invjax.initialise import init_variables
 
     want = jax.eval_shape(lambda k: init_variables(model, image_shape, k), jax.random.PRNGKey(0))
     want = traverse_util.flatten_dict(dict(want), sep="/")

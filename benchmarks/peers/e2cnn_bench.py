@@ -22,6 +22,11 @@ Four parts (``--parts layer,pieces,wrn,equivariance``; all but ``pieces`` by def
   e2cnn_experiments' ``Wide_ResNet(16, 4, 0.3, N=8, r=-1, f=True)`` in e2cnn's API
   (``e2cnn_side.py``; F = 1, sigma = 0.45). Train mode (dropout, batch statistics), 3 x
   ``--size`` x ``--size`` random images. Parameter counts and basis sizes of both are printed.
+  Construction: ``--wrn-build-repeats`` alternating cold builds (every compiled program and basis
+  of both sides forgotten before each; medians): invjax's :func:`invjax.initialise.init`
+  (one compiled program, the values of Flax's eager ``init`` bit for bit) against e2cnn's
+  constructor, and with ``--wrn-eager`` also Flax's eager ``init`` (op by op, as before).
+  ``--wrn-repeats 0`` skips the forward+backward.
 * ``equivariance``: the 45-degree error of a lifting conv followed by the D8 group conv (same
   ``--fields``, kernel 5) of each framework, on one real photo (scikit-image's camera, 65 x 65,
   odd so that it has a centre pixel). The input is rotated by one routine
@@ -83,7 +88,17 @@ def parse_args(argv=None):
     ap.add_argument("--fields", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=5, help="forward+backward repetitions")
     ap.add_argument("--build-repeats", type=int, default=2, help="layer rebuilds, caches cleared")
-    ap.add_argument("--wrn-repeats", type=int, default=3, help="WRN forward+backward repetitions")
+    ap.add_argument(
+        "--wrn-repeats", type=int, default=3, help="WRN forward+backward repetitions (0: none)"
+    )
+    ap.add_argument(
+        "--wrn-build-repeats", type=int, default=1, help="WRN constructions, cold, alternating"
+    )
+    ap.add_argument(
+        "--wrn-eager",
+        action="store_true",
+        help="also time the WRN's construction by Flax's eager init (op by op), as before",
+    )
     ap.add_argument("--wrn-config", default=str(REPO / "configs" / "svhn_e2.py"))
     ap.add_argument(
         "--wrn-set",
@@ -109,9 +124,11 @@ def parse_args(argv=None):
     args.parts = parts
     if args.batch is None:
         args.batch = 64 if args.gpu else 16
-    for name in ("batch", "fields", "repeats", "wrn_repeats", "seeds"):
+    for name in ("batch", "fields", "repeats", "wrn_build_repeats", "seeds"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')}={getattr(args, name)} is invalid: it must be >= 1")
+    if args.wrn_repeats < 0:
+        fail(f"--wrn-repeats={args.wrn_repeats} is invalid: it must be >= 0")
     if args.build_repeats < 0:
         fail(f"--build-repeats={args.build_repeats} is invalid: it must be >= 0")
     if args.size < KERNEL:
@@ -366,6 +383,45 @@ def part_pieces(args, peer):
     return out
 
 
+def clear_compiled():
+    """Forget every compiled program of this process and every basis: a cold construction."""
+    import jax
+
+    from invjax import initialise
+
+    clear_basis_caches()
+    initialise._COMPILED.clear()
+    jax.clear_caches()
+
+
+def wrn_construction(args, model, x, peer, errors):
+    """Alternating cold constructions of the WRN: invjax's (:func:`invjax.initialise.init`,
+    one compiled program; with ``--wrn-eager`` also Flax's eager ``init``, op by op) and
+    e2cnn's, every compiled program and basis forgotten before each. Returns ``(variables,
+    {side: [seconds, ...]}, e2cnn facts)``."""
+    import jax
+
+    from invjax import initialise
+
+    def build(fn):
+        clear_compiled()
+        t = time.perf_counter()
+        v = jax.block_until_ready(fn(model, jax.random.PRNGKey(1), x[:1], train=False))
+        return v, time.perf_counter() - t
+
+    times = {"invjax": [], "invjax_eager": [], "e2cnn": []}
+    facts = {}
+    for r in range(args.wrn_build_repeats):
+        v, seconds = build(initialise.init)
+        times["invjax"].append(seconds)
+        ans = peer("build_wrn", seed=r, clear_cache=True, gpu=args.gpu)
+        times["e2cnn"].append(_seconds(ans, errors))
+        facts = ans if ans["ok"] else facts
+        if args.wrn_eager:
+            times["invjax_eager"].append(build(lambda m, *a, **k: m.init(*a, **k))[1])
+    return v, times, facts
+
+
 def part_wrn(args, peer):
     import jax
     import jax.numpy as jnp
@@ -377,12 +433,7 @@ def part_wrn(args, peer):
     model = models.build(cfg)
     x = jax.random.normal(jax.random.PRNGKey(0), (args.batch, args.size, args.size, 3))
     errors = []
-    t = time.perf_counter()
-    v = jax.block_until_ready(model.init(jax.random.PRNGKey(1), x[:1], train=False))
-    inv_build = time.perf_counter() - t
-    ans = peer("build_wrn", seed=0, gpu=args.gpu)
-    peer_build = _seconds(ans, errors)
-    facts = ans if ans["ok"] else {}
+    v, build, facts = wrn_construction(args, model, x, peer, errors)
     params, stats = v["params"], v.get("batch_stats", {})
     per_pair = sorted(
         {
@@ -402,14 +453,16 @@ def part_wrn(args, peer):
         )
         return jnp.sum(y**2)
 
-    inv, pe = alternate_fwd_bwd(
-        jax.jit(jax.grad(loss)),
-        (params, stats, x, jax.random.PRNGKey(2)),
-        peer,
-        {"shape": [args.batch, 3, args.size, args.size], "gpu": args.gpu},
-        args.wrn_repeats,
-        errors,
-    )
+    inv, pe = (None, None), (None, None)
+    if args.wrn_repeats:
+        inv, pe = alternate_fwd_bwd(
+            jax.jit(jax.grad(loss)),
+            (params, stats, x, jax.random.PRNGKey(2)),
+            peer,
+            {"shape": [args.batch, 3, args.size, args.size], "gpu": args.gpu},
+            args.wrn_repeats,
+            errors,
+        )
     return {
         "invjax": {
             "config": os.path.relpath(args.wrn_config, REPO),
@@ -420,7 +473,11 @@ def part_wrn(args, peer):
             },
             "params": count(params),
             "basis_per_field_pair": [list(p) for p in per_pair],
-            "build_first_s": inv_build,
+            "build_first_s": build["invjax"][0],
+            "build_s": _median(build["invjax"]),
+            "build_runs_s": build["invjax"],
+            "build_eager_s": _median(build["invjax_eager"]),
+            "build_eager_runs_s": build["invjax_eager"],
             "fwd_bwd_first_s": inv[0],
             "fwd_bwd_s": inv[1],
         },
@@ -428,7 +485,9 @@ def part_wrn(args, peer):
             "network": "Wide_ResNet(16, 4, 0.3, N=8, r=-1, f=True), F=1, sigma=0.45 (re-created)",
             "params": facts.get("params"),
             "basis_per_field_pair": facts.get("basis_per_field_pair"),
-            "build_first_s": peer_build,
+            "build_first_s": build["e2cnn"][0],
+            "build_s": _median(build["e2cnn"]),
+            "build_runs_s": build["e2cnn"],
             "fwd_bwd_first_s": pe[0],
             "fwd_bwd_s": pe[1],
         },
@@ -623,11 +682,18 @@ def report(args, res):
             f"[kernel, n] {e['basis_per_field_pair'] or '-'}",
             r,
             [
-                ("construction", "build_first_s"),
+                ("construction, first in process", "build_first_s"),
+                (f"construction (median of {args.wrn_build_repeats})", "build_s"),
                 ("forward+backward, first call", "fwd_bwd_first_s"),
                 (f"forward+backward (median of {args.wrn_repeats})", "fwd_bwd_s"),
             ],
         )
+        if i["build_eager_s"] is not None:
+            print(
+                f"  invjax construction by Flax's eager init (median of {args.wrn_build_repeats}):"
+                f" {_ms(i['build_eager_s'])}, {_ratio(i['build_eager_s'], i['build_s'])}x the "
+                f"compiled one's; e2cnn / eager {_ratio(e['build_s'], i['build_eager_s'])}"
+            )
     if "equivariance" in res:
         r = res["equivariance"]
         print(

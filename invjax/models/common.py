@@ -15,6 +15,7 @@ from flax import traverse_util
 
 from invjax import groups as G
 from invjax.contract import Exportable, Precise
+from invjax.initialise import init_variables  # noqa: F401  (re-exported: its earlier home)
 from invjax.ops.conv import conv2d, inference_kernel
 from invjax.trees import count_params  # noqa: F401  (re-exported: its home before invjax.trees)
 
@@ -105,17 +106,6 @@ def abstract_variables(module: nn.Module, input_shape: Sequence[int], **kwargs):
     return jax.eval_shape(
         lambda xx: module.init(jax.random.PRNGKey(0), xx, train=False, **kwargs), x
     )
-
-
-def init_variables(module: nn.Module, image_shape: Sequence[int], rng) -> dict:
-    """``module.init`` on one float32 image ``[1, *image_shape]`` in eval mode with ``rng`` for
-    its parameters and dropout, without sown intermediates: a network's variables as the trainer
-    starts them and as a checkpoint stores them (under ``jax.eval_shape``, the template a
-    checkpoint's variables are checked against)."""
-    x = jnp.zeros((1, *image_shape), jnp.float32)
-    variables = dict(module.init({"params": rng, "dropout": rng}, x, train=False))
-    variables.pop("intermediates", None)
-    return variables
 
 
 def layer_rows(module: nn.Module, input_shape: Sequence[int]) -> list[dict]:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct, traverse_util
 
-from invjax.models.common import init_variables
+from invjax.initialise import init_variables
 from invjax.training.optimizer import under_prefix
 
 NON_STATE_COLLECTIONS = ("params", "batch_stats", "intermediates")
