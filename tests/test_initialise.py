@@ -14,10 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from invjax import initialise
 from invjax.configs import models as model_configs
 from invjax.layers.e2 import E2Conv, E2LiftConv
 from invjax.layers.scale import ScaleConv, ScaleLiftConv
-from invjax.models import build, initialise
+from invjax.models import build
 from invjax.training.state import init_variables
 
 
