@@ -24,6 +24,8 @@ import os
 
 import numpy as np
 
+from invjax import workdir as workdir_lib
+
 FILE = "data_fingerprint.json"
 SPLITS = ("train", "val", "test")
 
@@ -109,10 +111,4 @@ def record(workdir: str, dataset) -> None:
     if now is None:
         return
     info = {"fingerprint": now, "dataset": dataset.name, "sizes": _sizes_of(dataset)}
-    try:
-        with open(path + ".tmp", "w") as f:
-            json.dump(info, f, indent=2)
-        os.replace(path + ".tmp", path)
-    finally:
-        if os.path.lexists(path + ".tmp"):
-            os.remove(path + ".tmp")
+    workdir_lib.write_json_atomic(path, info)

@@ -55,6 +55,7 @@ from absl import logging
 from invjax import certificate, checkpoint, parallel
 from invjax import data as data_lib
 from invjax import precision as P
+from invjax import run as run_lib
 from invjax import workdir as workdir_lib
 from invjax.contract import EpochHooks
 from invjax.data import fingerprint
@@ -523,10 +524,7 @@ class Trainer:
             {"final/test_error": test_err, "final/val_error": val_err},
         )
         if self.primary:
-            path = os.path.join(exp.workdir, "results.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump(results, f, indent=2)
-            os.replace(path + ".tmp", path)
+            run_lib.write_json_atomic(os.path.join(exp.workdir, run_lib.RESULTS_FILE), results)
         return results
 
     def certificate(self, variables) -> dict:
@@ -689,7 +687,7 @@ def short_os_error(e: OSError) -> str:
 def _run_models(exps, strategy, request: StopRequest, primary: bool) -> list[dict]:
     if primary:
         for exp in exps:
-            with open(os.path.join(exp.workdir, "config.json"), "w") as f:
+            with open(os.path.join(exp.workdir, run_lib.CONFIG_FILE), "w") as f:
                 f.write(exp.config.to_json_best_effort(indent=2) + "\n")
             if exp.restored is None:  # the data this run trains on (checked when it is resumed)
                 fingerprint.record(exp.workdir, exp.dataset)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import math
 import os
 import time
@@ -263,9 +262,6 @@ def _summarise(mplan: ManyPlan, results: list[dict], wall: float) -> dict:
         "wall_time_s": wall,  # this command's (resumed or reused work not included)
     }
     if jax.process_index() == 0:
-        path = os.path.join(mplan.workdir, SUMMARY_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump(summary, f, indent=2)
-        os.replace(path + ".tmp", path)
+        workdir_lib.write_json_atomic(os.path.join(mplan.workdir, SUMMARY_FILE), summary)
     summary["results"] = dict(zip(mplan.seeds, results))
     return summary
