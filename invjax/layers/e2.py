@@ -83,11 +83,13 @@ def _regular_in(module, in_type: FieldType, where: str) -> None:
         raise fields.mismatch(where, f"regular {module.group.name} fields", in_type)
 
 
-def lowering_choice(layer, x_shape) -> str:
+def lowering_choice(layer, x_shape, lift: bool | None = None) -> str:
     """The :func:`invjax.ops.conv.conv2d` method :class:`E2LiftConv` or :class:`E2Conv` ``layer``
     uses on an input of ``x_shape`` ``[B, H, W, C]`` on this backend, in its training form and
     its inference form alike (:func:`invjax.ops.lowering.choose_e2_lowering` with the layer's
-    ``lowering``, kernel, stride, dilation, precision and the input's channels and batch)."""
+    ``lowering``, kernel, stride, dilation, precision and the input's channels and batch).
+    ``lift``: whether ``layer`` is a lifting convolution (default: it is an :class:`E2LiftConv`;
+    the Flax NNX twins say so themselves)."""
     if layer.lowering not in E2_LOWERINGS:
         raise ValueError(
             f"{type(layer).__name__}: lowering={layer.lowering!r} is unknown: choose one of "
@@ -101,7 +103,7 @@ def lowering_choice(layer, x_shape) -> str:
         stride=layer.stride,
         dilation=layer.dilation,
         precision=layer.precision,
-        lift=isinstance(layer, E2LiftConv),
+        lift=isinstance(layer, E2LiftConv) if lift is None else lift,
         batch=x_shape[0],
     )
 

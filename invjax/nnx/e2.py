@@ -66,6 +66,7 @@ class _SteerableConv(Exact, Typed, Precise, nnx.Module):
         self.kernel_size, self.stride, self.dilation = kernel_size, stride, dilation
         self.frequency_cutoff, self.sigma, self.rings = frequency_cutoff, sigma, rings
         self.downsample, self.precision = downsample, precision
+        self.lowering = "auto"  # the Linen layers' default: chosen per layer and backend
 
     exact_group = linen.E2Conv.exact_group
     basis = linen.E2Conv.basis
@@ -124,7 +125,9 @@ class E2LiftConv(_SteerableConv):
         x, out = fields.accept(x, self.out_type, "E2LiftConv")
         linen._check_channels(x, 1, "E2LiftConv")
         phi = self.basis(self.group)
-        y = ops.lift_conv(x, self.weight[...], phi, self.stride, self.downsample, self.precision)
+        method = linen.lowering_choice(self, x.shape, lift=True)
+        w = self.weight[...]
+        y = ops.lift_conv(x, w, phi, self.stride, self.downsample, self.precision, method)
         return fields.emit(y, out)
 
 
@@ -186,10 +189,11 @@ class E2Conv(_SteerableConv):
         x, out = fields.accept(x, self.out_type, "E2Conv")
         linen._check_channels(x, g.order, f"E2Conv({g.name})")
         phi, w, p = self.basis(g), self.weight[...], self.precision
+        method = linen.lowering_choice(self, x.shape, lift=False)
         if self.trivial_out:
-            y = ops.trivial_conv(x, w, phi, self.stride, self.downsample, p)
+            y = ops.trivial_conv(x, w, phi, self.stride, self.downsample, p, method)
         else:
-            y = ops.group_conv(x, w, phi, g, self.stride, self.downsample, p)
+            y = ops.group_conv(x, w, phi, g, self.stride, self.downsample, p, method)
         return fields.emit(y, out)
 
 
