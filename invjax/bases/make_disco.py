@@ -519,12 +519,7 @@ def _main_disco(args, given) -> dict:
         digest = hashlib.sha256(fh.read()).hexdigest()
     ev = evaluate(raw, held_out[..., None], scales, k)
     meta = {
-        "kernel_size": k,
-        "effective_size": e,
-        "scales": list(scales),
-        "ratio": args.ratio,
-        "command": "python -m invjax.bases.make_disco " + " ".join(given),
-        "arguments": vars(args),
+        **_header(args, given, k, e, scales),
         "objective": (
             "DISCO's calculate_disco_basis: sum over scale pairs i<j of the unsquared L2 norm "
             "(over images, functions, pixels) of resize_{1/r}(circular x * psi_j) - circular "
@@ -622,10 +617,8 @@ def _fit(quad: QuadraticObjective, args, held_out, scales, k: int, t_gram: float
     return out
 
 
-def _metadata(args, given, k, e, scales, t_gram, fit, post, evals, digest) -> dict:
-    """The JSON written beside the basis: the command, the objective, both solvers' figures,
-    the shipped one, its post-processing and the held-out errors."""
-    winner = fit["winner"]
+def _header(args, given, k, e, scales) -> dict:
+    """The first keys of a basis' JSON (both objectives): its settings and the command."""
     return {
         "kernel_size": k,
         "effective_size": e,
@@ -633,6 +626,15 @@ def _metadata(args, given, k, e, scales, t_gram, fit, post, evals, digest) -> di
         "ratio": args.ratio,
         "command": "python -m invjax.bases.make_disco " + " ".join(given),
         "arguments": vars(args),
+    }
+
+
+def _metadata(args, given, k, e, scales, t_gram, fit, post, evals, digest) -> dict:
+    """The JSON written beside the basis: the command, the objective, both solvers' figures,
+    the shipped one, its post-processing and the held-out errors."""
+    winner = fit["winner"]
+    return {
+        **_header(args, given, k, e, scales),
         "objective": (
             "J = sum over scale pairs i<j of mean_{x,p,f} |L_{1/r}[x*psi_j] - [L_{1/r}x]*psi_i|^2, "
             "r = s_j/s_i, uniform noise images, bicubic, box |p| <= N/(2r) - k//2 - 3; psi "
