@@ -76,6 +76,32 @@ def test_winograd_gradients_match_direct(k):
     assert C.winograd_chunk(x.shape, k, small) == 1
     chunked = C._winograd_correlation(x, kern, "highest", max_bytes=small)
     assert rel(chunked, C.conv2d(x, kern, precision="highest")) < 1e-5
+    chunked_grads = jax.grad(
+        lambda kern, x: jnp.sum(C._winograd_correlation(x, kern, "highest", small) ** 2), (0, 1)
+    )(kern, x)
+    for a, b in zip(chunked_grads, jax.grad(loss("direct"), (0, 1))(kern, x), strict=True):
+        assert float(jnp.abs(a - b).max() / jnp.abs(b).max()) < 1e-5
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_winograd_written_gradient_is_the_transpose(k):
+    """The gradient that ``winograd.correlation`` writes out uses ``_tile_gradient`` as the
+    transpose of the output transform ``_untile``: it equals JAX's own transpose of that linear
+    map (on a partial tile), and the whole written gradient equals the gradient JAX derives by
+    tracing the forward pass."""
+    from invjax.ops import winograd as W
+
+    n = C.WINOGRAD_TILE + k - 1
+    m = _normal(2, (n, n, 2, 5, 4, 3))
+    dy = _normal(3, (2, 9, 7, 3))
+    (traced,) = jax.vjp(lambda m: W._untile(m, 9, 7, C.WINOGRAD_TILE), m)[1](dy)
+    assert rel(W._tile_gradient(dy, k, C.WINOGRAD_TILE), traced) < 1e-6
+    x, kern = _normal(4, (2, 9, 7, 5)), _normal(5, (k, k, 5, 3))
+    hi = jax.lax.Precision.HIGHEST
+    written = jax.vjp(lambda x, g: W.correlation(x, g, hi), x, kern)[1](dy)
+    derived = jax.vjp(lambda x, g: W._forward(x, g, hi, C.WINOGRAD_TILE), x, kern)[1](dy)
+    for a, b in zip(written, derived, strict=True):
+        assert rel(a, b) < 1e-5
 
 
 @pytest.mark.parametrize("mode", P.ALL)
@@ -111,19 +137,26 @@ def test_bad_lowerings_are_refused_before_compute():
 
 
 def test_auto_policy_per_layer():
-    """``'auto'``: the GEMM (im2col) for a few-channel lift, Winograd for a wide stride-1 5x5
-    layer on CPU, direct for 3x3, stride 2, few channels, other backends; explicit choices
-    used as given."""
+    """``'auto'``: the GEMM (im2col) for a few-channel lift, Winograd for a stride-1 5x5 layer
+    of at least 256 channels on maps of at least 16x16 on CPU, direct for 3x3, stride 2, fewer
+    channels, 8x8 maps, other backends; explicit choices used as given."""
     kw = dict(map_shape=(32, 32), kernel_size=5, backend="cpu", precision="default")
     assert choose_e2_lowering("auto", in_channels=3, lift=True, **kw) == "im2col"
     assert choose_e2_lowering("auto", in_channels=640, **kw) == "winograd"
     assert choose_e2_lowering("auto", in_channels=640, stride=2, **kw) == "direct"
-    assert choose_e2_lowering("auto", in_channels=256, **kw) == "direct"
-    assert choose_e2_lowering("auto", in_channels=640, **{**kw, "map_shape": (16, 16)}) == "direct"
+    assert choose_e2_lowering("auto", in_channels=256, **kw) == "winograd"
+    assert choose_e2_lowering("auto", in_channels=128, **kw) == "direct"
+    assert (
+        choose_e2_lowering("auto", in_channels=640, **{**kw, "map_shape": (16, 16)}) == "winograd"
+    )
+    assert choose_e2_lowering("auto", in_channels=1024, **{**kw, "map_shape": (8, 8)}) == "direct"
     assert choose_e2_lowering("auto", in_channels=640, **{**kw, "kernel_size": 3}) == "direct"
     assert choose_e2_lowering("auto", in_channels=640, **{**kw, "backend": "gpu"}) == "direct"
-    # past the tiles' byte bound at this batch: the direct form, whose memory does not grow
-    assert choose_e2_lowering("auto", in_channels=640, batch=1024, **kw) == "direct"
+    # the batch does not change the choice (training and a symbolic-batch export agree); past
+    # the tiles' byte bound the products run in chunks of images
+    for batch in (None, 1, 1024):
+        assert choose_e2_lowering("auto", in_channels=640, batch=batch, **kw) == "winograd"
+    assert C.winograd_chunk((1024, 32, 32, 640), 5) < 1024
     for method in METHODS:
         assert choose_e2_lowering(method, in_channels=640, **kw) == method
 
@@ -139,9 +172,10 @@ def test_describe_names_each_e2_layers_lowering():
             E2Conv(40, "D8", 5, lowering="im2col", name="chosen"),
         ]
     )
-    text = describe_lowerings(model, (4, 32, 32, 3))
-    assert text.startswith("E(2) convolutions (cpu): layers_0 lift 3->640 on 32x32 k5: im2col; ")
-    assert "layers_2 640->640 on 32x32 k5 stride 2: direct" in text
+    text = describe_lowerings(model, (4, 16, 16, 3))
+    assert text.startswith("E(2) convolutions (cpu): layers_0 lift 3->640 on 16x16 k5: im2col; ")
+    assert "layers_2 640->640 on 16x16 k5 stride 2: direct" in text
+    assert "layers_3 640->640 on 8x8 k5: direct" in text
     parts = text.split(": ", 1)[1].split("; ")
     assert [p.rsplit(": ", 1)[1] for p in parts] == [
         "im2col",
@@ -151,4 +185,4 @@ def test_describe_names_each_e2_layers_lowering():
         "im2col",
     ]
     assert lowering_choice(E2Conv(40, "D8", 5), (4, 32, 32, 640)) == "winograd"
-    assert lowering_choice(E2Conv(40, "D8", 5), (4, 16, 16, 640)) == "direct"
+    assert lowering_choice(E2Conv(40, "D8", 5), (4, 8, 8, 640)) == "direct"

@@ -45,14 +45,21 @@ Downsampling rules (``downsample``; a per-family setting of the networks)
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from invjax import precision as precision_lib
+from invjax.ops import winograd
+from invjax.ops.winograd import (  # noqa: F401  (re-exported: conv2d's methods in one place)
+    WINOGRAD_MAX_BYTES,
+    WINOGRAD_POINTS,
+    WINOGRAD_TILE,
+    winograd_chunk,
+    winograd_matrices,
+    winograd_tiles,
+)
 
 DIMENSION_NUMBERS = ("NHWC", "HWIO", "NHWC")
 DOWNSAMPLE_RULES = ("symmetric", "strided", "maxpool")
@@ -369,110 +376,12 @@ def conv2d_fft(x, kernel, precision: str | None = None):
     return conv2d(x, kernel, precision=precision, method="fft")
 
 
-#: The interpolation points of ``'winograd'``'s ``F(2 x 2, k x k)`` per kernel size ``k`` (and the
-#: point at infinity): ``k`` finite points each. These keep the error against a float64
-#: correlation within about 8x the direct method's (measured 3.3e-6 against 4.2e-7 of the
-#: largest output for ``k = 5``, 256 channels; points 0, +-1, +-2 gave 7.6e-6).
-WINOGRAD_POINTS = {
-    3: (Fraction(0), Fraction(1), Fraction(-1)),
-    5: (Fraction(0), Fraction(1), Fraction(-1), Fraction(1, 2), Fraction(-2)),
-}
-#: The output tile of ``'winograd'``: ``F(m x m, k x k)`` with ``m = 2``.
-WINOGRAD_TILE = 2
-#: The most bytes of transformed input tiles one ``'winograd'`` product holds: past it, chunks
-#: of images (as ``'im2col'``'s patches, :data:`IM2COL_MAX_BYTES`).
-WINOGRAD_MAX_BYTES = 1 << 30
-
-
-def _exact_inverse(rows):
-    """The inverse of a square matrix of Fractions by Gauss-Jordan elimination (exact)."""
-    n = len(rows)
-    a = [list(r) + [Fraction(int(i == j)) for j in range(n)] for i, r in enumerate(rows)]
-    for col in range(n):
-        piv = next(i for i in range(col, n) if a[i][col] != 0)
-        a[col], a[piv] = a[piv], a[col]
-        a[col] = [v / a[col][col] for v in a[col]]
-        for i in range(n):
-            if i != col and a[i][col] != 0:
-                a[i] = [v - a[i][col] * w for v, w in zip(a[i], a[col], strict=True)]
-    return [r[n:] for r in a]
-
-
-def winograd_matrices(kernel_size: int, tile: int = WINOGRAD_TILE):
-    """``(A^T [m, n], G [n, k], B^T [n, n])`` of the minimal filtering algorithm ``F(m, k)``
-    (``n = m + k - 1``) at :data:`WINOGRAD_POINTS`: for every ``d [n]`` and ``g [k]``,
-    ``A^T ((G g) * (B^T d)) = y`` with ``y_i = sum_t d_{i + t} g_t``, ``i < m`` (a correlation).
-    ``A^T`` and ``G`` evaluate the polynomials at the points (``A^T_ij = a_j^i``, ``G_jt =
-    a_j^t``; the point at infinity takes the top coefficients), so the identity is ``V B^T = I``
-    with ``V_sj = a_j^s`` (``s < n``): ``B^T = V^-1``, computed exactly in fractions and rounded
-    to float64 once."""
-    if kernel_size not in WINOGRAD_POINTS:
-        raise ValueError(
-            f"winograd: kernel size {kernel_size} is invalid: choose one of "
-            f"{sorted(WINOGRAD_POINTS)}"
-        )
-    pts = WINOGRAD_POINTS[kernel_size]
-    m, k = tile, kernel_size
-    n = m + k - 1
-    if len(pts) != n - 1:
-        raise ValueError(f"winograd: F({m}, {k}) needs {n - 1} finite points, got {len(pts)}")
-    at = [[a**i for a in pts] + [Fraction(int(i == m - 1))] for i in range(m)]
-    g = [[a**t for t in range(k)] for a in pts] + [[Fraction(int(t == k - 1)) for t in range(k)]]
-    v = [[a**s for a in pts] + [Fraction(int(s == n - 1))] for s in range(n)]
-    as_float = lambda rows: np.array([[float(e) for e in r] for r in rows], np.float64)  # noqa: E731
-    return as_float(at), as_float(g), as_float(_exact_inverse(v))
-
-
-def winograd_tiles(x, kernel_size: int, tile: int = WINOGRAD_TILE):
-    """``[B, H, W, I] -> [n, n, B, T_h, T_w, I]``: the input tiles of every ``tile x tile``
-    output block (``T = ceil(H / tile)``, ``n = tile + k - 1``) transformed, ``V = B^T d B``
-    (:func:`winograd_matrices`), along each axis as ``n`` strided slices of the zero-padded
-    image. ``(n / tile)^2`` times the input's memory."""
-    _, _, bt = winograd_matrices(kernel_size, tile)
-    b, h, w, _ = x.shape
-    n, p = tile + kernel_size - 1, (kernel_size - 1) // 2
-    th, tw = -(-h // tile), -(-w // tile)
-    xp = jnp.pad(x, ((0, 0), (p, p + th * tile - h), (p, p + tw * tile - w), (0, 0)))
-    bt = jnp.asarray(bt, x.dtype)
-    rows = jnp.stack([xp[:, u : u + tile * th : tile] for u in range(n)])  # [n, B, Th, Wp, I]
-    v = jnp.einsum("au,ubtwc->abtwc", bt, rows, precision=lax.Precision.HIGHEST)
-    cols = jnp.stack([v[:, :, :, u : u + tile * tw : tile] for u in range(n)], 1)
-    return jnp.einsum("av,xvbtsc->xabtsc", bt, cols, precision=lax.Precision.HIGHEST)
-
-
-def _winograd_rows(x, kernel, precision, tile: int = WINOGRAD_TILE):
-    """``[b, H, W, I] -> [b, H, W, O]``: :func:`winograd_tiles`, one product per tile point
-    ``(x, a)``: ``M_xa = V_xa U_xa`` with ``U = G g G^T [n, n, I, O]``, then ``Y = A^T M A``
-    per tile, cropped to ``H x W``."""
-    at, g, _ = winograd_matrices(kernel.shape[0], tile)
-    b, h, w, _ = x.shape
-    hi = lax.Precision.HIGHEST
-    v = winograd_tiles(x, kernel.shape[0], tile)
-    g = jnp.asarray(g, kernel.dtype)
-    u = jnp.einsum("ak,xl,klco->axco", g, g, kernel, precision=hi)
-    m = jnp.einsum("xabtsc,xaco->xabtso", v, u, precision=fft_precision(precision, "winograd"))
-    at = jnp.asarray(at, x.dtype)
-    y = jnp.einsum("ix,jy,xybtso->btisjo", at, at, m, precision=hi)
-    th, tw = v.shape[3], v.shape[4]
-    return y.reshape(b, th * tile, tw * tile, -1)[:, :h, :w]
-
-
-def winograd_chunk(input_shape, kernel_size: int, max_bytes: int = WINOGRAD_MAX_BYTES):
-    """The images per ``'winograd'`` product for an input ``[B, H, W, I]``: ``B`` where its
-    transformed float32 tiles (``4 B T_h T_w n^2 I`` bytes) fit in ``max_bytes`` or ``B`` is
-    symbolic, else the most images whose tiles fit in a quarter of it (at least one)."""
-    b, h, w, c = input_shape
-    n, m = WINOGRAD_TILE + kernel_size - 1, WINOGRAD_TILE
-    per_image = 4 * (-(-h // m)) * (-(-w // m)) * n * n * c
-    if not isinstance(b, int | np.integer) or b * per_image <= max_bytes:
-        return b
-    return max(1, max_bytes // (4 * per_image))
-
-
 def _winograd_correlation(x, kernel, precision, max_bytes: int = WINOGRAD_MAX_BYTES):
-    """:func:`conv2d`'s ``'winograd'`` method, in chunks of :func:`winograd_chunk` images as
-    ``'im2col'`` runs its (:func:`_chunked`)."""
+    """:func:`conv2d`'s ``'winograd'`` method (:func:`invjax.ops.winograd.correlation`), in chunks
+    of :func:`~invjax.ops.winograd.winograd_chunk` images as ``'im2col'`` runs its
+    (:func:`_chunked`)."""
     k = kernel.shape[0]
     winograd_matrices(k)  # one clear error for a kernel size without points
     chunk = winograd_chunk(x.shape, k, max_bytes)
-    return _chunked(lambda z: _winograd_rows(z, kernel, precision), x, chunk)
+    lax_precision = fft_precision(precision, "winograd")
+    return _chunked(lambda z: winograd.correlation(z, kernel, lax_precision), x, chunk)

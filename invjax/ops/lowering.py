@@ -27,9 +27,7 @@ import numpy as np
 from invjax.ops.conv import (
     FFT_PRECISIONS,
     IM2COL_MAX_BYTES,
-    WINOGRAD_MAX_BYTES,
     WINOGRAD_POINTS,
-    WINOGRAD_TILE,
     fft_precision,
 )
 
@@ -138,19 +136,11 @@ E2_LOWERINGS = ("auto", "direct", "im2col", "winograd", "fft")
 #: this size (and points in :data:`invjax.ops.conv.WINOGRAD_POINTS`) ...
 WINOGRAD_MIN_KERNEL = 5
 #: ... at least this many input channels (``Ci |G|``) ...
-WINOGRAD_MIN_CHANNELS = 640
-#: ... on maps whose smaller side has at least this many pixels (below, the kernel's transform
-#: and the tiles' short products cost more than the multiplies saved: docs/benchmarks.md).
-WINOGRAD_MIN_SIDE = 32
-
-
-def winograd_tile_bytes(map_shape, kernel_size: int, channels: int, batch=None) -> int:
-    """Bytes of the float32 transformed tiles of :func:`invjax.ops.conv.winograd_tiles`:
-    ``4 B ceil(H / 2) ceil(W / 2) (k + 1)^2 Cin`` (``(k + 1)^2 / 4`` times the input), for
-    ``batch`` images (one where it is symbolic)."""
-    b = batch if isinstance(batch, int | np.integer) else 1
-    m, n = WINOGRAD_TILE, WINOGRAD_TILE + kernel_size - 1
-    return 4 * b * (-(-map_shape[0] // m)) * (-(-map_shape[1] // m)) * n * n * channels
+WINOGRAD_MIN_CHANNELS = 256
+#: ... on maps whose smaller side has at least this many pixels (below, the per-point products
+#: are too short to run at the direct convolution's rate: docs/benchmarks.md, "The E(2)
+#: lowerings"). Past :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES` of tiles it runs in chunks.
+WINOGRAD_MIN_SIDE = 16
 
 
 def choose_e2_lowering(
@@ -185,8 +175,9 @@ def choose_e2_lowering(
     :data:`IM2COL_MAX_DEPTH` values and whose patches fit :data:`IM2COL_MAX_BYTES`, and
     ``'winograd'`` for a kernel of at least :data:`WINOGRAD_MIN_KERNEL` taps a side on at least
     :data:`WINOGRAD_MIN_CHANNELS` input channels and maps of at least :data:`WINOGRAD_MIN_SIDE`
-    pixels a side whose tiles (:func:`winograd_tile_bytes`) fit
-    :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES`.
+    pixels a side, whatever the batch: its tiles past :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES`
+    (:func:`invjax.ops.winograd.winograd_chunk`) are computed in chunks of images, so the training form and an
+    exported inference form of any batch choose alike.
     """
     if lowering not in E2_LOWERINGS:
         raise ValueError(f"lowering={lowering!r} is unknown: choose one of {E2_LOWERINGS}")
@@ -205,7 +196,6 @@ def choose_e2_lowering(
         and kernel_size in WINOGRAD_POINTS
         and in_channels >= WINOGRAD_MIN_CHANNELS
         and min(map_shape) >= WINOGRAD_MIN_SIDE
-        and winograd_tile_bytes(map_shape, kernel_size, in_channels, batch) <= WINOGRAD_MAX_BYTES
     ):
         return "winograd"
     return "direct"
