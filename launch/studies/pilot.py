@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from invjax.run import RESULTS_FILE
 from launch.studies import plan, record
 from launch.studies.plan import Rule, Study
 
@@ -68,7 +69,7 @@ def pilot(
         if dry_run:
             print(("# finished: " if path in rows else "") + run.command("python"))
             continue
-        if path not in rows and not os.path.isfile(os.path.join(wd, "results.json")):
+        if path not in rows and not os.path.isfile(os.path.join(wd, RESULTS_FILE)):
             subprocess.run(run.command(sys.executable), shell=True, check=False, cwd=REPO)
         row = rows.get(path) or record.row(path, wd, runs_dir)
         if row is None:

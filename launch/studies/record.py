@@ -33,6 +33,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 
+from invjax.run import CHECKPOINTS_DIR, RESULTS_FILE, STREAMS_DIR, TENSORBOARD_DIR
 from launch.studies import stats
 
 RECORD = "runs.jsonl"
@@ -230,7 +231,7 @@ def row(run: str, run_dir: str, runs_root: str, known: dict | None = None) -> di
     """The record row of the finished run ``run`` (its path under ``runs_root``) in ``run_dir``;
     None while it has no ``results.json``. A reused phase-1 stream's device comes from ``known``
     (run -> row, the record so far) or else from its ``results.json`` under ``runs_root``."""
-    r = _load(os.path.join(run_dir, "results.json"))
+    r = _load(os.path.join(run_dir, RESULTS_FILE))
     if r is None:
         return None
     known = known or {}
@@ -239,14 +240,14 @@ def row(run: str, run_dir: str, runs_root: str, known: dict | None = None) -> di
     conv = stats.convergence([e[1] for e in train]) if train else {"converged": None}
     phase1, devices = {}, {short_device(_device(r))}
     for slot, p1 in (r.get("phase1") or {}).items():
-        inside = _load(os.path.join(run_dir, "streams", slot, "results.json"))
+        inside = _load(os.path.join(run_dir, STREAMS_DIR, slot, RESULTS_FILE))
         where = f"streams/{slot}" if inside is not None else relative_run(str(p1.get("workdir")))
         kind = _device(inside) if inside is not None else None
         if inside is None and where is not None:
             if where in known:
                 kind = known[where]["device"]
             else:
-                other = _load(os.path.join(runs_root, where, "results.json"))
+                other = _load(os.path.join(runs_root, where, RESULTS_FILE))
                 kind = _device(other) if other else None
         devices.add(short_device(kind))
         phase1[slot] = {k: p1.get(k) for k in ("test_error", "val_error", "epochs")}
@@ -285,9 +286,11 @@ def finished_runs(runs_root: str, stages: Sequence[str] = ("main", "tune")) -> l
     for stage in stages:
         top = os.path.join(runs_root, stage)
         for root, dirs, files in os.walk(top):
-            dirs[:] = sorted(d for d in dirs if d not in ("checkpoints", "streams", "tensorboard"))
+            dirs[:] = sorted(
+                d for d in dirs if d not in (CHECKPOINTS_DIR, STREAMS_DIR, TENSORBOARD_DIR)
+            )
             rel = os.path.relpath(root, runs_root).replace(os.sep, "/")
-            if "results.json" in files:
+            if RESULTS_FILE in files:
                 try:
                     identity(rel)
                 except ValueError:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from invjax import workdir as workdir_lib
+from invjax.run import RESULTS_FILE, STREAMS_DIR
 from launch import sweep
 from launch.studies import plan, record, report, svm
 from launch.studies.plan import Rule, Study
@@ -148,7 +149,7 @@ def _unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) 
     out = {}
     for path, old in known.items():
         run_dir = os.path.join(runs_dir, path)
-        if _under(path, replace) or os.path.isfile(os.path.join(run_dir, "results.json")):
+        if _under(path, replace) or os.path.isfile(os.path.join(run_dir, RESULTS_FILE)):
             continue
         if os.path.isdir(os.path.join(run_dir, "checkpoints")):
             if departs := curve_departs(run_dir, old):
@@ -159,7 +160,7 @@ def _unreproduced(runs_dir: str, record_path: str, replace: Sequence[str] = ()) 
             continue
         if not os.path.isdir(os.path.join(run_dir, "checkpoints")):
             continue
-        with open(os.path.join(run_dir, "results.json")) as f:
+        with open(os.path.join(run_dir, RESULTS_FILE)) as f:
             here = json.load(f)
         moved = [
             f"{k} {here.get(k)} here, {old.get(k)} in the record"
@@ -301,7 +302,7 @@ def unfinished_files(runs_dir: str, finished: Sequence[str] = ()) -> list[str]:
     for root, dirs, files in os.walk(runs_dir):
         dirs[:] = sorted(d for d in dirs if d not in ("xla_cache", "tensorboard", "replaced"))
         here = rel(runs_dir, root)
-        if "results.json" in files and not any(
+        if RESULTS_FILE in files and not any(
             _under(here, [g]) or fnmatch.fnmatch(here, g) for g in finished
         ):
             dirs[:] = []
@@ -489,7 +490,7 @@ def _stop_status(opts: Options, code: int, runs: Sequence) -> int:
 
 def svm_done(point: dict, runs_dir: str, rows: dict) -> bool:
     return rel(runs_dir, point["workdir"]) in rows or os.path.isfile(
-        os.path.join(point["workdir"], "results.json")
+        os.path.join(point["workdir"], RESULTS_FILE)
     )
 
 
@@ -572,7 +573,7 @@ def retrained_streams(runs_dir: str, runs: Sequence, rows: dict) -> set[str]:
             continue
         for wd in sweep.reused_workdirs(r):
             path = rel(runs_dir, wd)
-            if path in rows and not os.path.isfile(os.path.join(wd, "results.json")):
+            if path in rows and not os.path.isfile(os.path.join(wd, RESULTS_FILE)):
                 out.add(path)
     return out
 
@@ -607,9 +608,9 @@ def _not_in(todo: set, run) -> bool:
 def started_here(workdir: str) -> bool:
     """Whether the run in ``workdir`` started and has not finished: a checkpoint of its own or,
     for a two-phase run, of one of the streams it trains first (``streams/<name>/``)."""
-    if os.path.isfile(os.path.join(workdir, "results.json")):
+    if os.path.isfile(os.path.join(workdir, RESULTS_FILE)):
         return False
-    streams = os.path.join(workdir, "streams")
+    streams = os.path.join(workdir, STREAMS_DIR)
     names = sorted(os.listdir(streams)) if os.path.isdir(streams) else []
     return any(
         os.path.isdir(os.path.join(d, "checkpoints"))
@@ -638,7 +639,7 @@ def status(study: Study, opts: Options) -> int:
             paths += [rel(opts.runs_dir, p["workdir"]) for p in svms]
             n_landed = sum(p in rows for p in paths)
             todo = [p for p in paths if p not in rows]
-            here = sum(os.path.isfile(os.path.join(opts.runs_dir, p, "results.json")) for p in todo)
+            here = sum(os.path.isfile(os.path.join(opts.runs_dir, p, RESULTS_FILE)) for p in todo)
             started = sum(started_here(os.path.join(opts.runs_dir, p)) for p in todo)
             print(
                 f"{stage:6} {dataset:{w}} {len(paths):7} {n_landed:7} {here:5} {started:8} "

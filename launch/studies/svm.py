@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import types
 from collections.abc import Sequence
+
+from invjax.run import RESULTS_FILE
+from invjax.workdir import write_json_atomic
 
 
 def svm_fit(point: dict, grid: Sequence[tuple[float, float]]):
@@ -53,8 +55,9 @@ def svm_fit(point: dict, grid: Sequence[tuple[float, float]]):
 
 
 def write_results(point: dict, fit, errors: dict, hps: dict) -> dict:
-    """``point['workdir']/results.json`` of an SVM fit, as a run's: ``errors``, the model's
-    size and splits, ``hps`` (how C and gamma were set), the data config and the wall time."""
+    """``point['workdir']/results.json`` (:data:`invjax.run.RESULTS_FILE`) of an SVM fit, as a
+    run's: ``errors``, the model's size and splits, ``hps`` (how C and gamma were set), the data
+    config and the wall time; written whole or not at all."""
     import ml_collections
 
     clf, ds = fit.clf, fit.ds
@@ -72,10 +75,7 @@ def write_results(point: dict, fit, errors: dict, hps: dict) -> dict:
         "wall_time_s": time.perf_counter() - fit.t0,
     }
     os.makedirs(point["workdir"], exist_ok=True)
-    tmp = os.path.join(point["workdir"], "results.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=1)
-    os.replace(tmp, os.path.join(point["workdir"], "results.json"))
+    write_json_atomic(os.path.join(point["workdir"], RESULTS_FILE), results)
     return results
 
 
