@@ -186,3 +186,21 @@ def test_describe_names_each_e2_layers_lowering():
     ]
     assert lowering_choice(E2Conv(40, "D8", 5), (4, 32, 32, 640)) == "winograd"
     assert lowering_choice(E2Conv(40, "D8", 5), (4, 8, 8, 640)) == "direct"
+
+
+def test_init_runs_the_direct_form_and_apply_the_chosen_one():
+    """Flax's ``init`` computes the layer's forward pass by the direct convolution (one
+    operation) whatever the lowering; ``apply`` by the chosen one; the outputs agree to float32
+    rounding, and a lowering the layer cannot take is refused at ``init`` as at ``apply``."""
+    x = _normal(6, (2, 16, 16, 8 * 4))  # 4 regular D8 fields
+    layer = E2Conv(4, "D8", 5, lowering="winograd")
+    init_jaxpr = str(jax.make_jaxpr(lambda x: layer.init(jax.random.PRNGKey(0), x))(x))
+    assert "conv_general_dilated" in init_jaxpr and "custom_vjp_call" not in init_jaxpr
+    y0, v = layer.init_with_output(jax.random.PRNGKey(0), x)
+    apply_jaxpr = str(jax.make_jaxpr(lambda x: layer.apply(v, x))(x))
+    assert "custom_vjp_call" in apply_jaxpr and "conv_general_dilated" not in apply_jaxpr
+    assert rel(layer.apply(v, x), y0) < 1e-5
+    with pytest.raises(ValueError, match="method='winograd' needs stride 1"):
+        E2Conv(4, "D8", 5, stride=2, lowering="winograd").init(jax.random.PRNGKey(0), x)
+    with pytest.raises(ValueError, match="winograd: kernel size 7 is invalid"):
+        E2Conv(4, "D8", 7, lowering="winograd").init(jax.random.PRNGKey(0), x)

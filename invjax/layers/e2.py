@@ -40,7 +40,7 @@ from invjax.contract import Exact, Exportable, Precise, Typed
 from invjax.fields import FieldType
 from invjax.groups import Group, as_group_fields, check_chain, dihedral, is_subgroup
 from invjax.ops import e2 as ops
-from invjax.ops.conv import conv2d, inference_kernel
+from invjax.ops.conv import check_method, conv2d, inference_kernel, winograd_matrices
 from invjax.ops.lowering import E2_LOWERINGS, choose_e2_lowering
 
 D4 = dihedral(4)  # the layers' default group
@@ -108,6 +108,23 @@ def lowering_choice(layer, x_shape, lift: bool | None = None) -> str:
     )
 
 
+def call_method(layer, x_shape) -> str:
+    """The method ``layer.__call__`` computes with: :func:`lowering_choice` (checked the same
+    way), except ``'direct'`` while Flax's ``init`` runs the layer. ``init`` needs the forward
+    pass only for the variables' shapes, and eagerly it compiles every operation of it on its
+    own: the Winograd form's transforms are a hundred small ones, the direct form is one (a D8
+    layer of 40 fields on 32x32 maps, first built in a process: 14 s -> 10 s, docs/benchmarks.md).
+    The sums are the same to float32 rounding."""
+    method = lowering_choice(layer, x_shape)
+    if not layer.is_initializing():
+        return method
+    if method != "direct":  # what conv2d would refuse, refused at init as at apply
+        check_method(method, layer.stride, 1, layer.dilation, layer.precision)
+        if method == "winograd":
+            winograd_matrices(layer.kernel_size)
+    return "direct"
+
+
 def _steerable_basis(module, g):
     """The sampled basis of an E(2) layer's settings (kernel, dilation, cutoff, sigma, rings)."""
     return e2_bases.transformed_basis(
@@ -168,11 +185,11 @@ class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
 
     exact_group = _conv_exact_group
 
-    #: How the convolution after the kernel expansion is computed, one of
     lowering: str = "auto"
     """How the convolution is computed: a name of :data:`invjax.ops.lowering.E2_LOWERINGS`
     (speed and memory only, the same sums to float32 rounding); ``'auto'`` chooses per layer
-    and backend (:func:`lowering_choice`)."""
+    and backend (:func:`lowering_choice`). Flax's ``init`` runs the direct form, one operation,
+    whatever the choice (:func:`call_method`)."""
 
     def out_type(self, in_type: FieldType) -> FieldType:
         """trivial -> regular ``group`` (module docstring, "Field types")."""
@@ -192,7 +209,7 @@ class E2LiftConv(Exact, Typed, Exportable, Precise, nn.Module):
         phi = self.basis(g)
         nb = phi.shape[1]
         w = self.param("weight", _he(x.shape[-1], nb), (x.shape[-1], self.features, nb))
-        method = lowering_choice(self, x.shape)
+        method = call_method(self, x.shape)
         y = ops.lift_conv(x, w, phi, self.stride, self.downsample, self.precision, method)
         return fields.emit(y, out)
 
@@ -273,11 +290,11 @@ class E2Conv(Exact, Typed, Exportable, Precise, nn.Module):
 
     exact_group = _conv_exact_group
 
-    #: How the convolution after the kernel expansion is computed, one of
     lowering: str = "auto"
     """How the convolution is computed: a name of :data:`invjax.ops.lowering.E2_LOWERINGS`
     (speed and memory only, the same sums to float32 rounding); ``'auto'`` chooses per layer
-    and backend (:func:`lowering_choice`)."""
+    and backend (:func:`lowering_choice`). Flax's ``init`` runs the direct form, one operation,
+    whatever the choice (:func:`call_method`)."""
 
     def out_type(self, in_type: FieldType) -> FieldType:
         """regular ``group`` -> regular ``group`` (trivial with ``trivial_out``)."""
@@ -297,7 +314,7 @@ class E2Conv(Exact, Typed, Exportable, Precise, nn.Module):
         phi = self.basis(g)
         nb = phi.shape[1]
         init = _he(ci * g.order, nb)
-        method = lowering_choice(self, x.shape)
+        method = call_method(self, x.shape)
         conv_args = (self.stride, self.downsample, self.precision, method)
         if self.trivial_out:
             w = self.param("weight", init, (ci, self.features, nb))

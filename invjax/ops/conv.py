@@ -147,7 +147,7 @@ def conv2d(
     if not isinstance(dilation, int) or dilation < 1 or (dilation > 1 and stride != 1):
         raise ValueError(f"dilation={dilation!r} is invalid: an integer >= 1, and 1 with stride 2")
     if method != "direct":
-        _check_method(method, stride, feature_group_count, dilation, precision)
+        check_method(method, stride, feature_group_count, dilation, precision)
         if kernel.shape[0] != kernel.shape[1] or k % 2 != 1:
             raise ValueError(
                 f"conv2d: kernel size {kernel.shape[:2]} is invalid for method={method!r}: "
@@ -214,7 +214,7 @@ def im2col_patches(x, kernel_size: int, dilation: int = 1):
     return cols.reshape(b, h, w, kernel_size, kernel_size, c)
 
 
-def _check_method(method: str, stride: int, groups: int, dilation: int, precision) -> None:
+def check_method(method: str, stride: int, groups: int, dilation: int, precision) -> None:
     """One clear error where ``method`` cannot compute the convolution asked for."""
     if method not in METHODS:
         raise ValueError(f"conv2d: method={method!r} is unknown: choose one of {METHODS}")
