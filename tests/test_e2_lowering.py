@@ -138,8 +138,9 @@ def test_bad_lowerings_are_refused_before_compute():
 
 def test_auto_policy_per_layer():
     """``'auto'``: the GEMM (im2col) for a few-channel lift, Winograd for a stride-1 5x5 layer
-    of at least 256 channels on maps of at least 16x16 on CPU, direct for 3x3, stride 2, fewer
-    channels, 8x8 maps, other backends; explicit choices used as given."""
+    of at least 256 channels on maps of at least 16x16 on CPU, the GEMM for one of at least 512
+    channels on 8x8 maps, direct for 3x3, stride 2, fewer channels, smaller maps, other
+    backends; explicit choices used as given."""
     kw = dict(map_shape=(32, 32), kernel_size=5, backend="cpu", precision="default")
     assert choose_e2_lowering("auto", in_channels=3, lift=True, **kw) == "im2col"
     assert choose_e2_lowering("auto", in_channels=640, **kw) == "winograd"
@@ -149,7 +150,11 @@ def test_auto_policy_per_layer():
     assert (
         choose_e2_lowering("auto", in_channels=640, **{**kw, "map_shape": (16, 16)}) == "winograd"
     )
-    assert choose_e2_lowering("auto", in_channels=1024, **{**kw, "map_shape": (8, 8)}) == "direct"
+    eight = {**kw, "map_shape": (8, 8)}
+    assert choose_e2_lowering("auto", in_channels=1024, **eight) == "im2col"
+    assert choose_e2_lowering("auto", in_channels=1024, batch=4096, **eight) == "im2col"
+    assert choose_e2_lowering("auto", in_channels=256, **eight) == "direct"
+    assert choose_e2_lowering("auto", in_channels=1024, **{**kw, "map_shape": (4, 4)}) == "direct"
     assert choose_e2_lowering("auto", in_channels=640, **{**kw, "kernel_size": 3}) == "direct"
     assert choose_e2_lowering("auto", in_channels=640, **{**kw, "backend": "gpu"}) == "direct"
     # the batch does not change the choice (training and a symbolic-batch export agree); past
@@ -175,17 +180,18 @@ def test_describe_names_each_e2_layers_lowering():
     text = describe_lowerings(model, (4, 16, 16, 3))
     assert text.startswith("E(2) convolutions (cpu): layers_0 lift 3->640 on 16x16 k5: im2col; ")
     assert "layers_2 640->640 on 16x16 k5 stride 2: direct" in text
-    assert "layers_3 640->640 on 8x8 k5: direct" in text
+    assert "layers_3 640->640 on 8x8 k5: im2col" in text
     parts = text.split(": ", 1)[1].split("; ")
     assert [p.rsplit(": ", 1)[1] for p in parts] == [
         "im2col",
         "winograd",
         "direct",
-        "direct",
+        "im2col",
         "im2col",
     ]
     assert lowering_choice(E2Conv(40, "D8", 5), (4, 32, 32, 640)) == "winograd"
-    assert lowering_choice(E2Conv(40, "D8", 5), (4, 8, 8, 640)) == "direct"
+    assert lowering_choice(E2Conv(40, "D8", 5), (4, 8, 8, 640)) == "im2col"
+    assert lowering_choice(E2Conv(16, "D8", 5), (4, 8, 8, 256)) == "direct"
 
 
 def test_init_runs_the_direct_form_and_apply_the_chosen_one():

@@ -141,6 +141,12 @@ WINOGRAD_MIN_CHANNELS = 256
 #: are too short to run at the direct convolution's rate: docs/benchmarks.md, "The E(2)
 #: lowerings"). Past :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES` of tiles it runs in chunks.
 WINOGRAD_MIN_SIDE = 16
+#: Below it, on maps of at least this many pixels a side, 'auto' takes 'im2col' (one matrix
+#: product over the gathered taps, in chunks past IM2COL_MAX_BYTES) for a kernel of at least
+#: WINOGRAD_MIN_KERNEL taps on at least this many input channels: there its one long product
+#: runs faster than the direct convolution and the short per-point products of Winograd.
+E2_IM2COL_MIN_SIDE = 8
+E2_IM2COL_MIN_CHANNELS = 512
 
 
 def choose_e2_lowering(
@@ -175,9 +181,12 @@ def choose_e2_lowering(
     :data:`IM2COL_MAX_DEPTH` values and whose patches fit :data:`IM2COL_MAX_BYTES`, and
     ``'winograd'`` for a kernel of at least :data:`WINOGRAD_MIN_KERNEL` taps a side on at least
     :data:`WINOGRAD_MIN_CHANNELS` input channels and maps of at least :data:`WINOGRAD_MIN_SIDE`
-    pixels a side, whatever the batch: its tiles past :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES`
-    (:func:`invjax.ops.winograd.winograd_chunk`) are computed in chunks of images, so the training form and an
-    exported inference form of any batch choose alike.
+    pixels a side, and ``'im2col'`` for such a kernel on at least
+    :data:`E2_IM2COL_MIN_CHANNELS` channels on smaller maps of at least
+    :data:`E2_IM2COL_MIN_SIDE` pixels a side; both whatever the batch (tiles past
+    :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES`, patches past :data:`IM2COL_MAX_BYTES` are
+    computed in chunks of images), so the training form and an exported inference form of any
+    batch choose alike.
     """
     if lowering not in E2_LOWERINGS:
         raise ValueError(f"lowering={lowering!r} is unknown: choose one of {E2_LOWERINGS}")
@@ -198,4 +207,10 @@ def choose_e2_lowering(
         and min(map_shape) >= WINOGRAD_MIN_SIDE
     ):
         return "winograd"
+    if (
+        kernel_size >= WINOGRAD_MIN_KERNEL
+        and in_channels >= E2_IM2COL_MIN_CHANNELS
+        and min(map_shape) >= E2_IM2COL_MIN_SIDE
+    ):
+        return "im2col"
     return "direct"
