@@ -8,9 +8,9 @@ over channels: ``M[p] = V[p] U[p]``, ``[tiles, I] x [I, O]`` for each point ``p`
 5 x 5)`` that is 36 instead of 100 multiply-adds per block and channel pair (2.8x fewer).
 
 The transforms are small constant matrices applied as explicit sums of strided slices
-(:func:`_combine`: zeros skipped, +-1 without a product), which XLA fuses into one loop each;
-applied as ``einsum`` against a 6x6 matrix they cost twice as long as the products' inputs took to
-read (docs/benchmarks.md). The gradient is written out (:func:`correlation`'s ``custom_vjp``) rather than
+(:func:`_combine`: zeros skipped, +-1 without a product), which XLA fuses into one loop each
+(as ``einsum`` against the 6x6 matrices the input's transform took 2.3x as long:
+docs/benchmarks.md, "The E(2) lowerings"). The gradient is written out (:func:`correlation`'s ``custom_vjp``) rather than
 traced through the slices: the input's gradient is the same correlation of the output's gradient
 with the flipped, transposed filter (the transpose of a ``'SAME'`` correlation with an odd
 kernel), the filter's gradient one more product per point, ``dU[p] = V[p]^T dM[p]`` with ``dM =
