@@ -145,8 +145,10 @@ def read_rows(path: str) -> list[dict]:
 
 def train(variant: str, realisation: int, opts, argv) -> dict:
     """Train one variant at N_t = 100 (or reuse its finished run directory); its row."""
+    from invjax import compilation_cache
     from invjax.train import train_and_evaluate
 
+    compilation_cache.enable(None)  # as invjax.main: realisations of a variant share programs
     config, srow = probe_config(variant, realisation, opts.study_rows, opts.data_path)
     workdir = workdir_of(opts.runs_dir, variant, realisation)
     if not os.path.exists(os.path.join(workdir, "results.json")):
