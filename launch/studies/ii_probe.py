@@ -443,9 +443,36 @@ def _mean(values) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def show_lines(rows: Sequence[dict]) -> list[str]:
+def comparison_lines(last: dict, study_rows: dict) -> list[str]:
+    """Per variant, its mean test error over the realisations it trained and the mean paired
+    differences (points) against ``ii_ws`` trained here and against the study's ``ii_ws`` and
+    ``disco`` rows of the same realisations (descriptive: no test)."""
+    errors: dict = {}
+    for (kind, v, s, _, _), r in last.items():
+        if kind == "train":
+            errors.setdefault(v, {})[s] = r["test_error"]
+    out = [
+        "compare: variant (realisations) mean test error; - ii_ws here; - study ii_ws; - study disco"
+    ]
+    for v, by in sorted(errors.items()):
+        cells = [f"{np.mean(list(by.values())):6.2f}"]
+        ref_here = errors.get("ii_ws", {})
+        here = [by[s] - ref_here[s] for s in by if s in ref_here]
+        cells.append(f"{np.mean(here):+6.2f} ({len(here)})" if here else "     -")
+        for arm in ("ii_ws", "disco"):
+            pairs = [
+                by[s] - study_rows[study_run(arm, s)]["test_error"]
+                for s in by
+                if study_run(arm, s) in study_rows
+            ]
+            cells.append(f"{np.mean(pairs):+6.2f} ({len(pairs)})" if pairs else "     -")
+        out.append(f"  {v:11s} ({len(by)}) " + "  ".join(cells))
+    return out
+
+
+def show_lines(rows: Sequence[dict], study_rows: dict | None = None) -> list[str]:
     """The record as text tables: test errors, the statistics per epoch, error per factor (the
-    last row of each measurement counts)."""
+    last row of each measurement counts); with the study's rows, the paired comparisons."""
     last: dict = {}
     for r in rows:
         last[(r["kind"], r["variant"], r["realisation"], r.get("epoch"), r.get("factor"))] = r
@@ -487,7 +514,7 @@ def show_lines(rows: Sequence[dict]) -> list[str]:
         for v, d in sorted(pay.items()):
             cells = [f"{_mean(d.get(f, [])):6.2f}" if d.get(f) else "     -" for f in factors]
             out.append(f"  {v:11s} ({len(next(iter(d.values())))}) " + " ".join(cells))
-    return out
+    return out + (comparison_lines(last, study_rows) if study_rows else [])
 
 
 # ----------------------------------------------------------------------------- command
@@ -511,8 +538,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = _parser().parse_args(argv)
+    opts.study_rows = {r["run"]: r for r in record.read(opts.study_record)}
     if opts.command == "show":
-        print("\n".join(show_lines(read_rows(opts.record))))
+        print("\n".join(show_lines(read_rows(opts.record), opts.study_rows)))
         return 0
     variants = [v.strip() for v in opts.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
@@ -524,7 +552,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     opts.epochs = [int(e) for e in opts.epochs.split(",")]
     opts.factors = [float(f) for f in opts.factors.split(",")]
-    opts.study_rows = {r["run"]: r for r in record.read(opts.study_record)}
     fn = {"train": train, "stats": stats, "payoff": payoff}[opts.command]
     for s in [int(s) for s in opts.realisations.split(",")]:
         for v in variants:
@@ -536,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"ii_probe {opts.command} {v} realisation {s}: {time.perf_counter() - t0:.0f} s",
                 flush=True,
             )
-    print("\n".join(show_lines(read_rows(opts.record))))
+    print("\n".join(show_lines(read_rows(opts.record), opts.study_rows)))
     return 0
 
 
