@@ -180,6 +180,31 @@ def test_the_division_split_adds_up_and_shows_the_invariance(real_digits, probed
     assert abs(euler) > 1e2 * abs(ws["grad_dot_input"]), (euler, ws["grad_dot_input"])
 
 
+def test_variables_at_draws_the_trainers_initialisation_and_reads_a_saved_epoch(
+    tmp_path, real_digits, probed
+):
+    import types
+
+    import optax
+
+    from invjax import checkpoint
+    from invjax.training import state as state_lib
+
+    x, _ = real_digits
+    model, *_ = probed["ii"]
+    config = types.SimpleNamespace(seed=3)
+    st = state_lib.create_state(model, optax.adam(1e-3), x.shape[1:], 3, False)
+    moved = st.replace(params=jax.tree.map(lambda p: p + 1.0, st.params))
+    writer = checkpoint.Writer(str(tmp_path), keep=3)
+    writer.save(12, moved, {"epoch": 6})
+    writer.close()
+    at0 = ii_probe.variables_at(config, str(tmp_path), model, x.shape[1:], 0, 2)
+    at6 = ii_probe.variables_at(config, str(tmp_path), model, x.shape[1:], 6, 2)  # step 12
+    for got, want in ((at0, st.variables()), (at6, moved.variables())):
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
 # --------------------------------------------------------------------------- payoff and rows
 
 

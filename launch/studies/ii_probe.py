@@ -348,7 +348,7 @@ def variables_at(config, workdir: str, model, image_shape, epoch: int, steps_per
 
     if epoch == 0:
         st = state_lib.create_state(model, optax.identity(), image_shape, config.seed, False)
-        return st.variables
+        return st.variables()
     st = checkpoint.restore_step(workdir, epoch * steps_per_epoch).state
     return {"params": st["params"], "batch_stats": st["batch_stats"], **(st.get("extra") or {})}
 
