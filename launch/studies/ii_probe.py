@@ -10,7 +10,10 @@ in ``runs.jsonl``, so the data, realisation, seed and schedule are the study's):
     variants: ``disco`` and ``ii_ws`` as the study trains them; ``ii_nodiv``, ``ii_ws`` without
     eq. (7)'s division by the mean (``model.ii_divide=False``: the weighted sum of the clamped
     input alone, not scale-invariant); ``ii_eps1e-1`` and ``ii_eps1e-3``, ``ii_ws`` with the
-    clamp ``epsilon`` at 0.1 and 1e-3 instead of 1e-6 (``model.ii_epsilon``).
+    clamp ``epsilon`` at 0.1 and 1e-3 instead of 1e-6 (``model.ii_epsilon``); ``ii_gap``,
+    ``ii_ws``'s network and recipe with global average pooling in place of the II layer
+    (``model.head='pool'``: the same BatchNorm, ReLU and max projection before it, no learnt
+    kernel), which tells the global reduction to 95 features from the WS and the division.
 ``stats``
     restores a trained variant at given epochs (0: the initialisation from the run's seed) and
     measures, on its N_t training images (unaugmented, the model in training mode with one fixed
@@ -64,6 +67,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "ii_nodiv": ("ii_ws", {"ii_divide": False}),
     "ii_eps1e-1": ("ii_ws", {"ii_epsilon": 0.1}),
     "ii_eps1e-3": ("ii_ws", {"ii_epsilon": 1e-3}),
+    "ii_gap": ("ii_ws", {"head": "pool"}),
 }
 """variant -> (the study arm whose recipe it trains, the model fields it changes)."""
 STATS_EPOCHS = (0, 6, 30, 60)
@@ -195,8 +199,9 @@ def feature_stats(x, floor: float) -> dict:
 
 
 def head_name(model) -> str:
-    """The head module's name in the Scaled-MNIST network: ``ii`` or DISCO's ``pool``."""
-    return "pool" if model.head == "mixed" else "ii"
+    """The head module's name in the Scaled-MNIST network: ``ii``, or ``pool`` (DISCO's mixed
+    pooling, the global average pooling)."""
+    return "pool" if model.head in ("mixed", "pool") else "ii"
 
 
 def _interceptor(name: str, d_in, d_out, seen: dict):
@@ -318,8 +323,9 @@ def probe_stats(model, variables, x, labels, key, measured=None) -> dict:
     loss, errors, h_in, h_out, g = measured
     ii = model.head == "ii"
     floor = model.ii_epsilon if ii else 0.0
-    # Scale-II reads its input after the model's ReLU; the pooling applies its own ReLU first
-    used_in = np.asarray(h_in) if ii else np.maximum(np.asarray(h_in), 0.0)
+    # Scale-II and the average pooling read their input after the model's ReLU; DISCO's mixed
+    # pooling applies its own ReLU first
+    used_in = np.maximum(np.asarray(h_in), 0.0)
     out = {
         "train_mode_loss": loss,
         "train_mode_error": 100.0 * errors / len(labels),
