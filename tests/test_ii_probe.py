@@ -147,8 +147,12 @@ def test_probe_stats_match_the_models_own_intermediates_and_gradient(real_digits
     proj = np.asarray(inter["projection"]["__call__"][0])
     head_in = np.maximum(proj, 0.0) if head == "ii" else proj
     floor = ops.DEFAULT_EPSILON if head == "ii" else 0.0
-    want_in = ii_probe.feature_stats(head_in, floor) | {"relu_mean": np.maximum(proj, 0).mean()}
-    assert got["head_in"] == pytest.approx(want_in, rel=1e-5)
+    relu = np.maximum(proj, 0)
+    want_in = ii_probe.feature_stats(head_in, floor) | {"relu_mean": relu.mean()}
+    got_in = dict(got["head_in"])
+    below = got_in.pop("frac_below")
+    assert got_in == pytest.approx(want_in, rel=1e-5)
+    assert below == pytest.approx({str(t): np.mean(relu <= t) for t in (1e-6, 1e-3, 1e-1)})
     out = np.asarray(inter[ii_probe.head_name(model)]["__call__"][0])
     assert got["head_out"] == pytest.approx(ii_probe.feature_stats(out, -np.inf), rel=1e-5)
     # the zero perturbations at the head leave the parameter gradient as the plain loss's

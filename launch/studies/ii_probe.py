@@ -75,6 +75,8 @@ FACTORS = (0.3, 0.4, 0.5, 0.7, 1.0, 1.4, 2.0, 2.5, 3.0)
 """Rescaling factors of the payoff: 0.5-2 is the training augmentation's range, 0.3, 0.4, 2.5
 and 3 lie outside it."""
 N_TEST = 1000
+CLAMPS = (1e-6, 1e-3, 1e-1)
+"""Thresholds at which the ``stats`` rows count the share of the head's (ReLU'd) input below."""
 DROPOUT_KEY = 0
 
 
@@ -329,7 +331,10 @@ def probe_stats(model, variables, x, labels, key, measured=None) -> dict:
     out = {
         "train_mode_loss": loss,
         "train_mode_error": 100.0 * errors / len(labels),
-        "head_in": feature_stats(np.asarray(h_in), floor) | {"relu_mean": float(used_in.mean())},
+        "head_in": feature_stats(np.asarray(h_in), floor)
+        | {"relu_mean": float(used_in.mean())}
+        # the share a clamp at other epsilons would clamp (the ablations' 1e-3 and 0.1)
+        | {"frac_below": {str(t): float(np.mean(used_in <= t)) for t in CLAMPS}},
         "head_out": feature_stats(np.asarray(h_out), -np.inf),
         "grad_head_in": float(jnp.linalg.norm(g["in"])),
         "grad_head_out": float(jnp.linalg.norm(g["out"])),
