@@ -19,13 +19,13 @@ from invjax.ops import ii as ops
 from launch.studies import ii_probe, record
 
 KEY = jax.random.PRNGKey(0)
-SCALES = (0.5, 0.6, 0.7, 0.8, 0.9)
+SCALES = (0.5, 0.7, 0.9)
 
 
 @pytest.fixture(scope="module")
 def real_digits():
     images, labels = digits()
-    return jnp.asarray(images[:6]), jnp.asarray(labels[:6], jnp.int32)  # [6, 28, 28, 1] in [0, 1]
+    return jnp.asarray(images[:4]), jnp.asarray(labels[:4], jnp.int32)  # [4, 28, 28, 1] in [0, 1]
 
 
 def _rescaled(x):
@@ -69,7 +69,7 @@ def test_without_the_division_the_layer_is_not_scale_invariant_on_rescaled_digit
     nodiv = L.ScaleInvariantIntegration(5, divide=False)
     d_ws = _delta(lambda z: ws.apply(v, z), x)
     d_nodiv = _delta(lambda z: nodiv.apply(v, z), x)
-    # measured: eq. 7 about 1e-13 per digit, the numerator alone 0.2-0.3 (it scales as s^2)
+    # eq. 7 is invariant to float32 rounding; the numerator alone scales as s^2 (0.1 is far below)
     assert d_ws.max() < 1e-6, d_ws
     assert d_nodiv.min() > 0.1, d_nodiv
 
