@@ -285,6 +285,10 @@ class ScaleInvariantIntegration(Exportable, Precise, nn.Module):
     both homogeneous of degree 2 in a scaling of the image plane, so the ratio is scale-invariant
     (up to interpolation and the image border).
 
+    With ``divide=False`` the layer is the numerator alone, ``A_o = mean_t (x' * psi_o)(t)``:
+    translation-II of the clamped input, homogeneous of degree 2 in a scaling of the plane, so
+    **not** scale-invariant (an ablation that isolates what the division by the mean does).
+
     Shapes: ``[B, H, W, C_in] -> [B, features]``.
     """
 
@@ -296,6 +300,10 @@ class ScaleInvariantIntegration(Exportable, Precise, nn.Module):
     epsilon: float = ops.DEFAULT_EPSILON
     """The clamp ``x' = max(x, epsilon)`` of the input (a float > 0; default
     :data:`invjax.ops.ii.DEFAULT_EPSILON` ``= 1e-6``): keeps every divisor positive."""
+    divide: bool = True
+    """Divide the weighted sum by the mean of the clamped input, eq. (7) (default, the
+    scale-invariant layer); ``False`` keeps the numerator alone, ``mean_t (x' * psi)(t)``, which
+    is not scale-invariant (an ablation)."""
     method: str = "fast"
     """How the integral is computed: ``"fast"`` (the closed form) or ``"reference"`` (the
     equation as written); the same numbers up to float32 rounding."""
@@ -317,8 +325,14 @@ class ScaleInvariantIntegration(Exportable, Precise, nn.Module):
         ops.check_epsilon(self.epsilon)
         _check_input(x, owner)
         kernel = _ws_kernel(self, x, self.features, self.kernel_size, self.kernel_init)
-        fn = ops.scale_ws_integrate if self.method == "fast" else ops.scale_ws_reference
-        y = fn(x, kernel.astype(x.dtype), self.epsilon, self.precision)
+        if self.divide:
+            fn = ops.scale_ws_integrate if self.method == "fast" else ops.scale_ws_reference
+            y = fn(x, kernel.astype(x.dtype), self.epsilon, self.precision)
+        else:  # the numerator of eq. (7) alone: translation-II of the clamped input
+            xc = ops.clamp(x, self.epsilon)
+            y = WS_METHODS[self.method](
+                xc, kernel.astype(x.dtype), None, "bilinear", self.precision
+            )
         self.sow("intermediates", FEATURES_NAME, y)
         return y
 
@@ -327,9 +341,11 @@ class ScaleInvariantIntegration(Exportable, Precise, nn.Module):
         return _ws_inference_arrays(self, x, None, "bilinear")
 
     def inference_call(self, arrays, x):
-        """``A = flatten(x') M / mean(x')`` with ``x' = max(x, epsilon)``: ``[B, features]``."""
+        """``A = flatten(x') M / mean(x')`` with ``x' = max(x, epsilon)`` (without the division
+        when ``divide=False``): ``[B, features]``."""
         xc = ops.clamp(x, self.epsilon)
-        return _ws_inference_call(arrays, xc, self.precision) / xc.mean(axis=(1, 2, 3))[:, None]
+        y = _ws_inference_call(arrays, xc, self.precision)
+        return y / xc.mean(axis=(1, 2, 3))[:, None] if self.divide else y
 
 
 class ScaleMonomialInvariantIntegration(Exportable, Precise, nn.Module):

@@ -18,7 +18,9 @@ DISCO                     ``basis='disco'``, average pooling between layers, hea
                           max projection, ReLU, MaxPool 7 stride 1, AvgPool 2 stride 4, BN
                           (:class:`~invjax.layers.ii.MixedPooling`, DISCO's code)
 II-DISCO WS               ``head='ii'``: conv3 -> BN -> ReLU -> max projection -> Scale-II WS
-                          (eq. 7, ``k = 3``, 95 -> 95), max pooling (Table 7)
+                          (eq. 7, ``k = 3``, 95 -> 95), max pooling (Table 7); its clamp is
+                          ``ii_epsilon``, and ``ii_divide=False`` keeps eq. 7's numerator alone
+                          (an ablation, not scale-invariant)
 II-DISCO monomials        ``head='ii_monomials'``: Scale-II with monomials (eq. 6) on each
                           channel's map, 95 -> 95 (Table 7; ``monomial_layout='channels'``),
                           25 shared pairs pruned to 12 and 5 during training (``on_epoch_end``);
@@ -114,7 +116,9 @@ class ScaledMNISTNet(EpochHooks, Precise, nn.Module):
     monomial_layout: str = "channels"
     monomial_divisor: str = "random"  # or "power": x_c(t)^K (ops.ii.MONOMIAL_DIVISORS)
     monomial_max_exponent: int = 2
-    ii_epsilon: float = iil.ops.DEFAULT_EPSILON
+    ii_epsilon: float = iil.ops.DEFAULT_EPSILON  # the Scale-II clamp (both heads)
+    # head 'ii': False drops eq. 7's division by the mean (the WS alone; not scale-invariant)
+    ii_divide: bool = True
     ii_batchnorm: bool = False  # BatchNorm after the II layer (the paper's Scale-II WRNs)
     # epochs after which the monomials are pruned to PRUNING_KEEP pairs (paper: PRUNE_EPOCHS)
     prune_epochs: tuple[int, int] = PRUNE_EPOCHS
@@ -288,7 +292,12 @@ class ScaledMNISTNet(EpochHooks, Precise, nn.Module):
         y = nn.relu(self._project(self._bn("bn3")(x, train)))
         if self.head == "ii":
             ii = iil.ScaleInvariantIntegration(
-                c, self.ii_kernel_size, precision=self.precision, name="ii"
+                c,
+                self.ii_kernel_size,
+                epsilon=self.ii_epsilon,
+                divide=self.ii_divide,
+                precision=self.precision,
+                name="ii",
             )
         else:
             ii = iil.ScaleMonomialInvariantIntegration(
@@ -337,6 +346,7 @@ _FIELDS = (
     "monomial_divisor",
     "monomial_max_exponent",
     "ii_epsilon",
+    "ii_divide",
     "ii_batchnorm",
     "prune_epochs",
     "width_divisor",

@@ -175,7 +175,8 @@ class ScaleInvariantIntegration(_WeightedSum):
     Args:
       in_features: ``C_in``.
       features, kernel_size, epsilon, method (``'fast'`` or ``'reference'``), kernel_init,
-        precision: as the Linen layer.
+        precision, divide: as the Linen layer (``divide=False``: the numerator alone, not
+        scale-invariant).
       rngs: draws ``kernel``.
     """
 
@@ -188,6 +189,7 @@ class ScaleInvariantIntegration(_WeightedSum):
         method: str = "fast",
         kernel_init: Callable = _LECUN,
         precision: str | None = None,
+        divide: bool = True,
         *,
         rngs: nnx.Rngs,
     ):
@@ -196,14 +198,19 @@ class ScaleInvariantIntegration(_WeightedSum):
         linen._check_kernel_size(kernel_size, owner)
         linen._check_method(method, owner, ("fast", "reference"))
         self.epsilon = ops.check_epsilon(epsilon)
+        self.divide = bool(divide)
         super().__init__(
             in_features, features, kernel_size, method, kernel_init, precision, rngs, None
         )
 
     def __call__(self, x):
         linen._check_input(x, type(self).__name__)
+        kernel = self.kernel[...].astype(x.dtype)
+        if not self.divide:  # the numerator of eq. (7) alone
+            ws = linen.WS_METHODS[self.method]
+            return ws(ops.clamp(x, self.epsilon), kernel, None, "bilinear", self.precision)
         fn = ops.scale_ws_integrate if self.method == "fast" else ops.scale_ws_reference
-        return fn(x, self.kernel[...].astype(x.dtype), self.epsilon, self.precision)
+        return fn(x, kernel, self.epsilon, self.precision)
 
 
 class ScaleMonomialInvariantIntegration(Precise, nnx.Module):

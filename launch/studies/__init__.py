@@ -11,7 +11,9 @@ record alone), :mod:`~launch.studies.svm` (the RBF-SVM anchor), :mod:`~launch.st
 :mod:`~launch.studies.power`, what its plan can detect,
 :mod:`~launch.studies.realimages_second`, its second registered family,
 :mod:`~launch.studies.realimages_cost`, what its runs cost, and
-:mod:`~launch.studies.realimages_commands`, its own ``power`` and ``flops`` commands). The
+:mod:`~launch.studies.realimages_commands`, its own ``power`` and ``flops`` commands;
+:mod:`~launch.studies.ii_probe`, an exploratory probe of its Scale-II arm with its own command,
+``python -m launch.studies.ii_probe``). The
 imports point one way: a study's commands module imports its design and cost modules, the cost
 module the design, the design the machinery (``plan``, ``power``, ``stats``); nothing is built
 at import (``realimages.STUDY`` on first use). The command: ``python -m launch.studies digits
