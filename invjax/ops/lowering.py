@@ -138,8 +138,8 @@ WINOGRAD_MIN_KERNEL = 5
 #: ... at least this many input channels (``Ci |G|``) ...
 WINOGRAD_MIN_CHANNELS = 256
 #: ... on maps whose smaller side has at least this many pixels (below, the per-point products
-#: are too short to run at the direct convolution's rate: docs/benchmarks.md, "The E(2)
-#: lowerings"). Past :data:`~invjax.ops.conv.WINOGRAD_MAX_BYTES` of tiles it runs in chunks.
+#: are too short to run at the direct convolution's rate:
+#: docs/benchmarks.md, "The E(2) lowerings"). Past WINOGRAD_MAX_BYTES of tiles: chunks.
 WINOGRAD_MIN_SIDE = 16
 #: Below it, on maps of at least this many pixels a side, 'auto' takes 'im2col' (one matrix
 #: product over the gathered taps, in chunks past IM2COL_MAX_BYTES) for a kernel of at least
