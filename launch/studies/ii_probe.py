@@ -364,10 +364,8 @@ def variables_at(config, workdir: str, model, image_shape, epoch: int, steps_per
     return {"params": st["params"], "batch_stats": st["batch_stats"], **(st.get("extra") or {})}
 
 
-def stats(variant: str, realisation: int, opts, argv) -> list[dict]:
-    """``stats`` rows of one trained variant at ``opts.epochs``."""
-    import jax
-
+def _variant(variant: str, realisation: int, opts):
+    """``(config, workdir, data set, model)`` of one trained variant of the probe."""
     from invjax import data as data_lib
     from invjax import models
 
@@ -375,7 +373,16 @@ def stats(variant: str, realisation: int, opts, argv) -> list[dict]:
     workdir = workdir_of(opts.runs_dir, variant, realisation)
     ds = data_lib.load(config.data)
     config.model.num_classes = ds.num_classes
-    model = models.build(config.model)
+    return config, workdir, ds, models.build(config.model)
+
+
+def stats(variant: str, realisation: int, opts, argv) -> list[dict]:
+    """``stats`` rows of one trained variant at ``opts.epochs``."""
+    import jax
+
+    from invjax import data as data_lib
+
+    config, workdir, ds, model = _variant(variant, realisation, opts)
     x = data_lib.to_float(ds.train.images, ds.mean, ds.std)
     spe = -(-len(ds.train) // config.train.batch_size)
     rows = []
@@ -413,15 +420,11 @@ def payoff(variant: str, realisation: int, opts, argv) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from invjax import checkpoint, models
+    from invjax import checkpoint
     from invjax import data as data_lib
     from invjax.data import augment
 
-    config, _ = probe_config(variant, realisation, opts.study_rows, opts.data_path)
-    workdir = workdir_of(opts.runs_dir, variant, realisation)
-    ds = data_lib.load(config.data)
-    config.model.num_classes = ds.num_classes
-    model = models.build(config.model)
+    config, workdir, ds, model = _variant(variant, realisation, opts)
     restored = checkpoint.restore_latest(workdir)
     variables, _ = checkpoint.reported_variables(restored.state, restored.meta)
     idx = test_subset(opts.n_test, ds.test.labels)
