@@ -34,6 +34,21 @@ def _cpu() -> str:
     return f"{get.get('model name', '?')}, family {get.get('cpu family')} model {get.get('model')}"
 
 
+def alternating_medians(steps: dict, repeats: int) -> dict:
+    """``{name: median seconds}`` of ``steps`` (``name -> (compiled function, args)``, already
+    compiled), timed in ``repeats`` rounds that run every step once each, so that a change of
+    the machine's load falls on all of them alike."""
+    import jax
+
+    times = {n: [] for n in steps}
+    for _ in range(repeats):
+        for n, (step, a) in steps.items():
+            t = time.perf_counter()
+            jax.block_until_ready(step(*a))
+            times[n].append(time.perf_counter() - t)
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=4)
@@ -70,13 +85,7 @@ def main(argv=None) -> dict:
 
             steps[(side, c, m)] = (jax.jit(jax.grad(loss, (0, 1))), (k, x))
             jax.block_until_ready(steps[(side, c, m)][0](k, x))  # compile
-    times = {n: [] for n in steps}
-    for _ in range(args.repeats):
-        for n, (step, a) in steps.items():
-            t = time.perf_counter()
-            jax.block_until_ready(step(*a))
-            times[n].append(time.perf_counter() - t)
-    med = {n: statistics.median(v) for n, v in times.items()}
+    med = alternating_medians(steps, args.repeats)
     print(
         f"{_cpu()}; {jax.default_backend()}, load average "
         f"{' '.join(f'{v:.1f}' for v in os.getloadavg())}; batch {args.batch}, k {args.kernel}, "

@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import statistics
 import sys
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout's invjax
+
+from e2_lowerings import alternating_medians  # noqa: E402  (the same alternating rounds)
 
 
 def main(argv=None) -> dict:
@@ -87,15 +87,9 @@ def main(argv=None) -> dict:
             return jnp.sum(lowered.apply({"params": p}, x) ** 2)
 
         steps[f"step, {name}"] = (jax.jit(jax.grad(whole_lowered)), (params, x))
-    times = {n: [] for n in steps}
     for step, a in steps.values():
         jax.block_until_ready(step(*a))  # compile
-    for _ in range(args.repeats):
-        for n, (step, a) in steps.items():
-            t = time.perf_counter()
-            jax.block_until_ready(step(*a))
-            times[n].append(time.perf_counter() - t)
-    med = {n: statistics.median(v) for n, v in times.items()}
+    med = alternating_medians(steps, args.repeats)
     flops = 2 * 2 * args.batch * args.size**2 * 25 * c * c
     print(
         f"E2Conv({args.fields}, 'D8', 5), {c} -> {c} channels, batch {args.batch}, "
