@@ -28,6 +28,7 @@ a concrete key it is :func:`init`.
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import jax
@@ -44,6 +45,16 @@ CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 # argument). A few entries suffice; the persistent compilation cache keeps them across processes.
 _COMPILED: dict[str, Any] = {}
 _COMPILED_MAX = 8
+
+
+def normal(key, shape, dtype=jnp.float32):
+    """``jax.random.normal(key, shape, dtype)``, the same values bit for bit, drawn as one flat
+    vector and reshaped: the bits of a draw are a function of each element's flat index, so only
+    the compiled kernel differs. XLA:CPU compiles some shapes' kernels pathologically slowly (the
+    D8 layer's ``[40, 40, 16, 11]`` coefficients: 12-13 s against 0.5 s flat; docs/benchmarks.md,
+    "Against the peer (e2cnn)"); the layers' initialisers draw through this."""
+    shape = tuple(shape)
+    return jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
 
 
 def live_equations(jaxpr) -> list:

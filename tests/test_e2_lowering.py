@@ -57,6 +57,60 @@ def test_every_lowering_is_exact_on_photos(method, k, size, photo_batch):
         assert rel(ye, G.transform(y, g, e)) < 1e-5, (method, e)
 
 
+@pytest.mark.parametrize("downsample", C.DOWNSAMPLE_RULES)
+@pytest.mark.parametrize("size", [32, 33])
+def test_stride_two_im2col_equals_direct(downsample, size, photo_batch):
+    """``'im2col'`` at stride 2 (the box-folded 6x6 kernel on an even grid, the plain strided
+    5x5 on an odd one, a stride-1 product then 2x2 max pooling under ``"maxpool"``): outputs and
+    both gradients equal the direct form's on real photos (bound 1e-5), and a D4 network of a
+    lift and a stride-2 invariant convolution keeps every element of D4 exact (bound 1e-5)
+    under each grid-symmetric rule."""
+    x = jnp.asarray(photo_batch)
+    if size == 33:
+        x = jnp.pad(x, ((0, 0), (0, 1), (0, 1), (0, 0)), mode="edge")
+    g = G.parse_group("D4")
+    lift = E2LiftConv(3, g, 5)
+    lift_vars = lift.init(jax.random.PRNGKey(0), x)
+    z = lift.apply(lift_vars, x)
+    layer = E2Conv(4, g, 5, stride=2, downsample=downsample, trivial_out=True, lowering="im2col")
+    v = layer.init(jax.random.PRNGKey(1), z)
+    direct = layer.clone(lowering="direct")
+    y = layer.apply(v, z)
+    assert y.shape[1:3] == ((size + 1) // 2,) * 2
+    assert rel(y, direct.apply(v, z)) < 1e-5
+    probe = _normal(2, y.shape)
+
+    def loss(module):
+        return lambda v, z: jnp.sum(module.apply(v, z) * probe)
+
+    grads = jax.grad(loss(layer), (0, 1))(v, z)
+    ref = jax.grad(loss(direct), (0, 1))(v, z)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref), strict=True):
+        assert float(jnp.abs(a - b).max() / jnp.abs(b).max()) < 1e-5
+    if downsample == "strided" and size % 2 == 0:
+        return  # plain strided samples of an even grid are not symmetric (conv2d's stride rule)
+    for e in range(g.order):
+        ye = layer.apply(v, lift.apply(lift_vars, G.transform(x, g, e)))
+        assert rel(ye, G.transform(y, g, e)) < 1e-5, (downsample, e)
+
+
+def test_im2col_patches_at_stride_two_sample_the_strided_grid():
+    """:func:`conv2d`'s stride-2 ``'im2col'`` gathers the taps of XLA's strided convolution: its
+    patches, contracted with a one-hot kernel for each tap, reproduce the direct strided
+    correlation with that kernel, for an odd kernel on an odd grid and a folded even one."""
+    x = _normal(3, (2, 9, 9, 3))
+    patches = C.im2col_patches(x, 5, stride=2)
+    assert patches.shape == (2, 5, 5, 5, 5, 3)
+    even = C.im2col_patches(_normal(4, (1, 8, 8, 2)), 6, stride=2, padding=2)
+    assert even.shape == (1, 4, 4, 6, 6, 2)
+    for u, v in [(0, 0), (2, 3), (4, 4)]:
+        one_hot = jnp.zeros((5, 5, 3, 3)).at[u, v].set(jnp.eye(3))
+        strided = C.conv2d(x, one_hot, stride=2, precision="highest")
+        assert float(jnp.abs(patches[:, :, :, u, v] - strided).max()) == 0.0
+    with pytest.raises(ValueError, match="kernel_size=6 is invalid without a padding"):
+        C.im2col_patches(x, 6, stride=2)
+
+
 @pytest.mark.parametrize("k", [3, 5])
 def test_winograd_gradients_match_direct(k):
     """``'winograd'`` against ``'direct'``: outputs and both gradients (input and kernel) to
@@ -132,19 +186,28 @@ def test_bad_lowerings_are_refused_before_compute():
         E2Conv(2, "D4", 3, stride=2, lowering="winograd").init(jax.random.PRNGKey(0), x)
     with pytest.raises(ValueError, match="winograd: kernel size 7 is invalid: choose one of"):
         C.conv2d(x, jnp.zeros((7, 7, 8, 2)), method="winograd")
-    with pytest.raises(ValueError, match="method='winograd' needs stride 1 .* and dilation 1"):
+    with pytest.raises(ValueError, match="method='winograd' needs stride 1, dilation 1 and"):
         C.conv2d(x, jnp.zeros((3, 3, 8, 2)), dilation=2, method="winograd")
 
 
 def test_auto_policy_per_layer():
     """``'auto'``: the GEMM (im2col) for a few-channel lift, Winograd for a stride-1 5x5 layer
     of at least 256 channels on maps of at least 16x16 on CPU, the GEMM for one of at least 512
-    channels on 8x8 maps, direct for 3x3, stride 2, fewer channels, smaller maps, other
-    backends; explicit choices used as given."""
+    channels on 8x8 maps and for a stride-2 5x5 layer of at least 256 channels on maps of at
+    least 16x16 (not under the max-pooling rule), direct for 3x3, fewer channels, smaller maps,
+    other backends; explicit choices used as given."""
     kw = dict(map_shape=(32, 32), kernel_size=5, backend="cpu", precision="default")
     assert choose_e2_lowering("auto", in_channels=3, lift=True, **kw) == "im2col"
     assert choose_e2_lowering("auto", in_channels=640, **kw) == "winograd"
-    assert choose_e2_lowering("auto", in_channels=640, stride=2, **kw) == "direct"
+    assert choose_e2_lowering("auto", in_channels=640, stride=2, **kw) == "im2col"
+    assert choose_e2_lowering("auto", in_channels=256, stride=2, **kw) == "im2col"
+    assert choose_e2_lowering("auto", in_channels=128, stride=2, **kw) == "direct"
+    assert choose_e2_lowering("auto", in_channels=640, stride=2, downsample="maxpool", **kw) == (
+        "direct"
+    )
+    assert choose_e2_lowering("auto", in_channels=640, stride=2, **{**kw, "map_shape": (8, 8)}) == (
+        "direct"
+    )
     assert choose_e2_lowering("auto", in_channels=256, **kw) == "winograd"
     assert choose_e2_lowering("auto", in_channels=128, **kw) == "direct"
     assert (
@@ -173,20 +236,23 @@ def test_describe_names_each_e2_layers_lowering():
             E2LiftConv(40, "D8", 5, name="lift"),
             E2Conv(40, "D8", 5, name="wide"),
             E2Conv(40, "D8", 5, stride=2, name="down"),
+            E2Conv(40, "D8", 5, stride=2, name="down_small"),
             E2Conv(40, "D8", 5, name="small"),
             E2Conv(40, "D8", 5, lowering="im2col", name="chosen"),
         ]
     )
     text = describe_lowerings(model, (4, 16, 16, 3))
     assert text.startswith("E(2) convolutions (cpu): layers_0 lift 3->640 on 16x16 k5: im2col; ")
-    assert "layers_2 640->640 on 16x16 k5 stride 2: direct" in text
-    assert "layers_3 640->640 on 8x8 k5: im2col" in text
+    assert "layers_2 640->640 on 16x16 k5 stride 2: im2col" in text
+    assert "layers_3 640->640 on 8x8 k5 stride 2: direct" in text
+    assert "layers_4 640->640 on 4x4 k5: direct" in text
     parts = text.split(": ", 1)[1].split("; ")
     assert [p.rsplit(": ", 1)[1] for p in parts] == [
         "im2col",
         "winograd",
-        "direct",
         "im2col",
+        "direct",
+        "direct",
         "im2col",
     ]
     assert lowering_choice(E2Conv(40, "D8", 5), (4, 32, 32, 640)) == "winograd"

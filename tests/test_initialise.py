@@ -139,3 +139,19 @@ def test_forward_pass_is_left_out_of_the_program():
     names = {e.primitive.name for e in kept}
     assert "tanh" not in names and "dot_general" not in names
     assert len(kept) < len(closed.jaxpr.eqns)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 16, 11), (5, 7), (2, 3, 5, 1), (9,)])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_flat_normal_draw_equals_the_shaped_draw(shape, dtype):
+    """The layers' initialisers draw ``initialise.normal`` (one flat vector, reshaped: a far
+    cheaper kernel for XLA:CPU to compile on some shapes); its values are
+    ``jax.random.normal``'s for the same key, shape and dtype bit for bit, under both
+    threefry modes."""
+    key = jax.random.PRNGKey(7)
+    for partitionable in (True, False):
+        with jax.threefry_partitionable(partitionable):
+            flat = initialise.normal(key, shape, dtype)
+            ref = jax.random.normal(key, shape, dtype)
+        assert flat.shape == ref.shape and flat.dtype == ref.dtype
+        np.testing.assert_array_equal(np.asarray(flat), np.asarray(ref))

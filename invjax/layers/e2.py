@@ -34,7 +34,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from invjax import fields
+from invjax import fields, initialise
 from invjax.bases import e2 as e2_bases
 from invjax.contract import Exact, Exportable, Precise, Typed
 from invjax.fields import FieldType
@@ -50,7 +50,7 @@ def _he(fan_in: int, nbasis: int):
     std = (2.0 / (fan_in * nbasis)) ** 0.5
 
     def init(key, shape, dtype=jnp.float32):
-        return std * jax.random.normal(key, shape, dtype)
+        return std * initialise.normal(key, shape, dtype)
 
     return init
 
@@ -105,6 +105,7 @@ def lowering_choice(layer, x_shape, lift: bool | None = None) -> str:
         precision=layer.precision,
         lift=isinstance(layer, E2LiftConv) if lift is None else lift,
         batch=x_shape[0],
+        downsample=layer.downsample,
     )
 
 

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from invjax import initialise
 from invjax.bases import scale as scale_bases
 from invjax.contract import Exportable, Precise
 from invjax.groups import DEFAULT_SCALES
@@ -65,7 +66,7 @@ def he_coefficient_init(basis: np.ndarray, fan_in_channels: int):
     std = math.sqrt(2.0 / (fan_in_channels * energy))
 
     def init(key, shape, dtype=jnp.float32):
-        return std * jax.random.normal(key, shape, dtype)
+        return std * initialise.normal(key, shape, dtype)
 
     return init
 

@@ -4,9 +4,10 @@
 and networks (the standard WRN's, E(2), scale, II) calls it, so its validation, its precision
 (:mod:`invjax.precision`) and the stride rule below hold for all of them. It computes each
 convolution by one of :data:`METHODS`: ``'direct'`` (XLA's convolution; every stride, grouping
-and downsampling rule), or, for a stride-1 ungrouped ``'SAME'`` correlation, ``'im2col'`` (one
-matrix product over the gathered taps) or ``'fft'`` (products of spectra); all three compute
-the same sums (tested with gradients). What holds beside it: the scale convolution's FFT form
+and downsampling rule), ``'im2col'`` (one matrix product over the gathered taps; an ungrouped
+correlation at stride 1 or 2, every downsampling rule), or, for a stride-1 ungrouped ``'SAME'``
+correlation, ``'fft'`` (products of spectra) or ``'winograd'`` (minimal filtering,
+:mod:`invjax.ops.winograd`); all compute the same sums (tested with gradients). What holds beside it: the scale convolution's FFT form
 (:func:`invjax.ops.scale.apply_scale_kernel`) transforms each input scale once for all output
 scales with the helpers below (:func:`fft_spectra`, :func:`fft_output`, at :func:`fft_precision`)
 instead of calling :func:`conv2d` per output scale; and the trainer's smoke-test model
@@ -19,9 +20,9 @@ emulations round inputs and filters elementwise; a gathered patch holds the inpu
 float32 (complex64) for :data:`FFT_PRECISIONS` (``'default'`` in the backend's fast float32) and
 refuses ``'bf16'`` and the ``@tf32`` / ``@bf16`` emulations with one error.
 
-Memory: ``'im2col'``'s patches are ``k^2`` times its input; one product takes at most
-:data:`IM2COL_MAX_BYTES` of them, a larger batch runs in chunks of images (a batch size known
-when traced; an exported program's symbolic batch runs as one product).
+Memory: ``'im2col'``'s patches are ``k^2`` times its input (``k^2 / 4`` at stride 2); one product
+takes at most :data:`IM2COL_MAX_BYTES` of them, a larger batch runs in chunks of images (a batch
+size known when traced; an exported program's symbolic batch runs as one product).
 
 Stride rule (exactness of 90-degree rotations and flips under stride 2)
   A stride-2 convolution keeps the input samples ``0, 2, 4, ...``. On an *odd* grid of size ``H``
@@ -44,6 +45,8 @@ Downsampling rules (``downsample``; a per-family setting of the networks)
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -133,9 +136,9 @@ def conv2d(
         odd ``k``-kernel spans ``dilation (k - 1) + 1`` pixels, centred as the undilated kernel
         of that span (a sparse kernel applied without its zero taps, e.g.
         :func:`invjax.ops.scale.kernel_support`).
-      method: one of :data:`METHODS`; ``'im2col'``, ``'fft'`` and ``'winograd'`` take stride 1
-        and one group (``'fft'`` and ``'winograd'`` also no dilation and only
-        :data:`FFT_PRECISIONS`; ``'winograd'`` only the kernel sizes of
+      method: one of :data:`METHODS`; ``'im2col'``, ``'fft'`` and ``'winograd'`` take one
+        group, ``'fft'`` and ``'winograd'`` also only stride 1, no dilation and
+        :data:`FFT_PRECISIONS` (``'winograd'`` only the kernel sizes of
         :data:`WINOGRAD_POINTS`).
     Returns:
       ``[B, H', W', O]``.
@@ -148,25 +151,19 @@ def conv2d(
         raise ValueError(f"dilation={dilation!r} is invalid: an integer >= 1, and 1 with stride 2")
     if method != "direct":
         check_method(method, stride, feature_group_count, dilation, precision)
-        if kernel.shape[0] != kernel.shape[1] or k % 2 != 1:
-            raise ValueError(
-                f"conv2d: kernel size {kernel.shape[:2]} is invalid for method={method!r}: "
-                "square and odd"
-            )
-        if method == "im2col":
-            return _im2col_product(x, kernel, precision, dilation)
-        if method == "winograd":
-            return _winograd_correlation(x, kernel, precision)
-        return _fft_correlation(x, kernel, precision)
     folded = k % 2 == 0 and folds_box(x.shape, stride, downsample)
     if kernel.shape[0] != kernel.shape[1] or (k % 2 != 1 and not folded):
         raise ValueError(
-            f"kernel size {kernel.shape[:2]} is invalid: it must be square and odd (even only "
-            "when box-folded by inference_kernel for a stride-2 symmetric convolution)"
+            f"kernel size {kernel.shape[:2]} is invalid for method={method!r}: it must be square "
+            "and odd (even only when box-folded by inference_kernel for a stride-2 symmetric "
+            "convolution)"
         )
+    if method == "winograd":
+        return _winograd_correlation(x, kernel, precision)
+    if method == "fft":
+        return _fft_correlation(x, kernel, precision)
     p = dilation * ((k - 1) // 2)  # a folded (k+1)-kernel keeps the padding of its k-kernel
     h, w = x.shape[1], x.shape[2]
-    pads = ((p, p), (p, p))
     pool = False
     if stride == 2 and (h % 2 == 0 or w % 2 == 0):
         if h % 2 != w % 2:
@@ -178,40 +175,53 @@ def conv2d(
             kernel = fold_box(kernel)
         elif downsample == "maxpool":
             stride, pool = 1, True
-    # Every mode rounds or splits input and filter elementwise, which commutes with the grid
-    # permutations of 90-degree rotations and flips (invjax.precision, docs/precision.md).
-    y = precision_lib.conv(
-        x,
-        kernel,
-        precision,
-        window_strides=(stride, stride),
-        padding=pads,
-        rhs_dilation=(dilation, dilation),
-        dimension_numbers=DIMENSION_NUMBERS,
-        feature_group_count=feature_group_count,
-    )
+    if method == "im2col":
+        y = _im2col_product(x, kernel, precision, dilation, stride, p)
+    else:
+        # Every mode rounds or splits input and filter elementwise, which commutes with the
+        # grid permutations of 90-degree rotations and flips (invjax.precision,
+        # docs/precision.md).
+        y = precision_lib.conv(
+            x,
+            kernel,
+            precision,
+            window_strides=(stride, stride),
+            padding=((p, p), (p, p)),
+            rhs_dilation=(dilation, dilation),
+            dimension_numbers=DIMENSION_NUMBERS,
+            feature_group_count=feature_group_count,
+        )
     return max_pool2(y) if pool else y
 
 
-def im2col_patches(x, kernel_size: int, dilation: int = 1):
-    """``[B, H, W, I] -> [B, H, W, k, k, I]``: for every output pixel of a stride-1 ``'SAME'``
-    correlation (odd ``k``, taps ``dilation`` apart, zero padding) the input values under its
-    taps, ``patches[b, i, j, u, v] = x[b, i + d (u - p), j + d (v - p)]`` with ``p = (k - 1) //
-    2``. Copies only (exact); ``k^2`` times the input's memory. One gather from the padded image
-    by precomputed flat indices: on CPU about 3x faster than stacking the ``k^2`` shifted
-    slices."""
-    if kernel_size % 2 != 1:
-        raise ValueError(f"im2col_patches: kernel_size={kernel_size} is invalid: it must be odd")
+def im2col_patches(x, kernel_size: int, dilation: int = 1, stride: int = 1, padding=None):
+    """``[B, H, W, I] -> [B, H', W', k, k, I]``: for every output pixel of a ``'SAME'``-padded
+    correlation the input values under its taps, ``patches[b, i, j, u, v] = x[b, s i + d u - p,
+    s j + d v - p]`` (zero outside the image), with stride ``s``, taps ``d = dilation`` apart and
+    ``p = padding`` (default ``d (k - 1) // 2``), so ``H' = (H + 2p - d (k - 1) - 1) // s + 1``:
+    ``H`` for stride 1 and odd ``k``; ``ceil(H / 2)`` for stride 2 with an odd ``k``, or with a
+    box-folded even ``k`` (:func:`fold_box`) and its odd kernel's padding. Copies only (exact);
+    ``k^2 / s^2`` times the input's memory. One gather from the padded image by precomputed flat
+    indices: on CPU about 3x faster than stacking the ``k^2`` shifted slices."""
+    if padding is None:
+        if kernel_size % 2 != 1:
+            raise ValueError(
+                f"im2col_patches: kernel_size={kernel_size} is invalid without a padding: it "
+                "must be odd"
+            )
+        padding = dilation * ((kernel_size - 1) // 2)
     b, h, w, c = x.shape
-    p = dilation * ((kernel_size - 1) // 2)
-    wp = w + 2 * p
-    flat = jnp.pad(x, ((0, 0), (p, p), (p, p), (0, 0))).reshape(b, (h + 2 * p) * wp, c)
+    p, span = padding, dilation * (kernel_size - 1) + 1
+    hp, wp = h + 2 * p, w + 2 * p
+    h_out, w_out = (hp - span) // stride + 1, (wp - span) // stride + 1
+    flat = jnp.pad(x, ((0, 0), (p, p), (p, p), (0, 0))).reshape(b, hp * wp, c)
     taps = dilation * np.arange(kernel_size)
     offsets = (taps[:, None] * wp + taps[None, :]).reshape(-1)  # tap (u, v), row-major
-    pixels = (np.arange(h)[:, None] * wp + np.arange(w)[None, :]).reshape(-1)
+    rows, cols = stride * np.arange(h_out), stride * np.arange(w_out)
+    pixels = (rows[:, None] * wp + cols[None, :]).reshape(-1)
     index = (pixels[:, None] + offsets[None, :]).reshape(-1).astype(np.int32)
-    cols = jnp.take(flat, index, axis=1)  # every index is in bounds
-    return cols.reshape(b, h, w, kernel_size, kernel_size, c)
+    gathered = jnp.take(flat, index, axis=1)  # every index is in bounds
+    return gathered.reshape(b, h_out, w_out, kernel_size, kernel_size, c)
 
 
 def check_method(method: str, stride: int, groups: int, dilation: int, precision) -> None:
@@ -219,43 +229,57 @@ def check_method(method: str, stride: int, groups: int, dilation: int, precision
     if method not in METHODS:
         raise ValueError(f"conv2d: method={method!r} is unknown: choose one of {METHODS}")
     spectral = method in ("fft", "winograd")
-    if stride != 1 or groups != 1 or (spectral and dilation != 1):
+    if (spectral and stride != 1) or groups != 1 or (spectral and dilation != 1):
         raise ValueError(
-            f"conv2d: method={method!r} needs stride 1 and feature_group_count 1"
-            f"{' and dilation 1' if spectral else ''} (stride={stride}, "
-            f"feature_group_count={groups}, dilation={dilation}); method='direct' takes them"
+            f"conv2d: method={method!r} needs "
+            f"{'stride 1, dilation 1 and ' if spectral else ''}feature_group_count 1 "
+            f"(stride={stride}, feature_group_count={groups}, dilation={dilation}); "
+            "method='direct' takes them"
         )
     if spectral:
         fft_precision(precision, method)
 
 
-def _im2col_rows(x, kernel, precision, dilation: int):
-    """``[b, H, W, I] -> [b, H, W, O]`` as one product ``[b H W, k^2 I] x [k^2 I, O]``; as a 2-D
-    product because XLA:CPU runs it ~1.3x faster than the same contraction over 6-D arrays."""
-    b, h, w, c = x.shape
-    k, o = kernel.shape[0], kernel.shape[-1]
-    patches = im2col_patches(x, k, dilation).reshape(b * h * w, k * k * c)
-    y = precision_lib.einsum("nt,to->no", patches, kernel.reshape(k * k * c, o), precision)
-    return y.reshape(b, h, w, o)
+def _im2col_rows(x, kernel, precision, dilation: int, stride: int = 1, padding=None):
+    """``[b, H, W, I] -> [b, H', W', O]`` as one product ``[b H' W', k^2 I] x [k^2 I, O]``
+    (:func:`im2col_patches`); as a 2-D product because XLA:CPU runs it ~1.3x faster than the same
+    contraction over 6-D arrays."""
+    k, c, o = kernel.shape[0], kernel.shape[2], kernel.shape[-1]
+    patches = im2col_patches(x, k, dilation, stride, padding)
+    b, h_out, w_out = patches.shape[:3]
+    rows = patches.reshape(b * h_out * w_out, k * k * c)
+    y = precision_lib.einsum("nt,to->no", rows, kernel.reshape(k * k * c, o), precision)
+    return y.reshape(b, h_out, w_out, o)
 
 
-def im2col_chunk(input_shape, kernel_size: int, max_bytes: int = IM2COL_MAX_BYTES):
+def im2col_chunk(input_shape, kernel_size: int, max_bytes: int = IM2COL_MAX_BYTES, stride: int = 1):
     """The images per ``'im2col'`` product for an input of ``input_shape`` ``[B, H, W, I]``:
-    ``B`` where its float32 patches (``4 B H W k^2 I`` bytes) fit in ``max_bytes`` or ``B`` is
-    not known when traced (a symbolic batch), else the most images whose patches fit in a
-    quarter of ``max_bytes`` (at least one; :data:`IM2COL_MAX_BYTES` says why)."""
+    ``B`` where its float32 patches (``4 B H' W' k^2 I`` bytes, ``H' = ceil(H / stride)``) fit
+    in ``max_bytes`` or ``B`` is not known when traced (a symbolic batch), else the most images
+    whose patches fit in a quarter of ``max_bytes`` (at least one; :data:`IM2COL_MAX_BYTES` says
+    why)."""
     b, h, w, c = input_shape
-    per_image = 4 * h * w * kernel_size**2 * c
+    per_image = 4 * -(-h // stride) * -(-w // stride) * kernel_size**2 * c
     if not isinstance(b, int | np.integer) or b * per_image <= max_bytes:
         return b
     return max(1, max_bytes // (4 * per_image))
 
 
-def _im2col_product(x, kernel, precision, dilation: int, max_bytes: int = IM2COL_MAX_BYTES):
+def _im2col_product(
+    x, kernel, precision, dilation: int, stride: int = 1, padding=None, max_bytes=IM2COL_MAX_BYTES
+):
     """:func:`conv2d`'s ``'im2col'`` method: chunks of :func:`im2col_chunk` images
     (:func:`_chunked`)."""
-    chunk = im2col_chunk(x.shape, kernel.shape[0], max_bytes)
-    return _chunked(lambda z: _im2col_rows(z, kernel, precision, dilation), x, chunk)
+    chunk = im2col_chunk(x.shape, kernel.shape[0], max_bytes, stride)
+    rows = functools.partial(
+        _im2col_rows,
+        kernel=kernel,
+        precision=precision,
+        dilation=dilation,
+        stride=stride,
+        padding=padding,
+    )
+    return _chunked(rows, x, chunk)
 
 
 def _chunked(rows_fn, x, chunk):

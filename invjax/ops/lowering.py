@@ -147,6 +147,13 @@ WINOGRAD_MIN_SIDE = 16
 #: runs faster than the direct convolution and the short per-point products of Winograd.
 E2_IM2COL_MIN_SIDE = 8
 E2_IM2COL_MIN_CHANNELS = 512
+#: At stride 2 (the symmetric or the strided rule), 'auto' takes 'im2col' for such a kernel on
+#: at least this many input channels on maps of at least E2_STRIDED_IM2COL_MIN_SIDE pixels a
+#: side: the patches are sampled at the output's stride (``k^2 / 4`` times the input, the
+#: box-folded ``(k+1)^2 / 4`` on even maps), and their one product runs faster than XLA's strided
+#: convolution.
+E2_STRIDED_IM2COL_MIN_CHANNELS = 256
+E2_STRIDED_IM2COL_MIN_SIDE = 16
 
 
 def choose_e2_lowering(
@@ -161,6 +168,7 @@ def choose_e2_lowering(
     backend: str | None = None,
     lift: bool = False,
     batch=None,
+    downsample: str = "symmetric",
 ) -> str:
     """The :func:`invjax.ops.conv.conv2d` method an E(2) convolution uses.
 
@@ -175,9 +183,14 @@ def choose_e2_lowering(
       backend: default ``jax.default_backend()``.
       lift: whether the layer is a lifting convolution (trivial input fields).
       batch: images per call (None or symbolic: unknown).
+      downsample: the layer's stride-2 rule (:data:`invjax.ops.conv.DOWNSAMPLE_RULES`).
 
-    ``'auto'`` is ``'direct'`` except on CPU at stride 1, no dilation and a precision in
-    :data:`AUTO_FAST_PRECISIONS`: there ``'im2col'`` for a lift whose rows hold at most
+    ``'auto'`` is ``'direct'`` except on CPU, with no dilation and at a precision in
+    :data:`AUTO_FAST_PRECISIONS`. At stride 2 (the ``"symmetric"`` or ``"strided"`` rule; a
+    ``"maxpool"`` layer stays direct) it is ``'im2col'`` for a kernel of at least
+    :data:`WINOGRAD_MIN_KERNEL` taps a side on at least :data:`E2_STRIDED_IM2COL_MIN_CHANNELS`
+    input channels and maps of at least :data:`E2_STRIDED_IM2COL_MIN_SIDE` pixels a side. At
+    stride 1 it is ``'im2col'`` for a lift whose rows hold at most
     :data:`IM2COL_MAX_DEPTH` values and whose patches fit :data:`IM2COL_MAX_BYTES`, and
     ``'winograd'`` for a kernel of at least :data:`WINOGRAD_MIN_KERNEL` taps a side on at least
     :data:`WINOGRAD_MIN_CHANNELS` input channels and maps of at least :data:`WINOGRAD_MIN_SIDE`
@@ -195,8 +208,16 @@ def choose_e2_lowering(
     if lowering != "auto":
         return lowering
     backend = backend or jax.default_backend()
-    if backend != "cpu" or stride != 1 or dilation != 1 or precision not in AUTO_FAST_PRECISIONS:
+    if backend != "cpu" or dilation != 1 or precision not in AUTO_FAST_PRECISIONS:
         return "direct"
+    if stride != 1:
+        strided_gemm = (
+            downsample != "maxpool"
+            and kernel_size >= WINOGRAD_MIN_KERNEL
+            and in_channels >= E2_STRIDED_IM2COL_MIN_CHANNELS
+            and min(map_shape) >= E2_STRIDED_IM2COL_MIN_SIDE
+        )
+        return "im2col" if strided_gemm else "direct"
     if lift and in_channels * kernel_size**2 <= IM2COL_MAX_DEPTH:
         if lift_patch_bytes(map_shape, kernel_size, in_channels, batch) <= IM2COL_MAX_BYTES:
             return "im2col"
