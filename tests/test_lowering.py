@@ -67,7 +67,9 @@ def test_method_errors_name_the_value():
         C.conv2d(x, jnp.zeros((3, 3, 4, 4)), method="bogus")
     with pytest.raises(ValueError, match="method='im2col' needs feature_group_count 1"):
         C.conv2d(x, kern, feature_group_count=2, method="im2col")
-    with pytest.raises(ValueError, match="method='fft' needs stride 1, dilation 1 and feature_group_count 1"):
+    with pytest.raises(
+        ValueError, match="method='fft' needs stride 1, dilation 1 and feature_group_count 1"
+    ):
         C.conv2d(x, jnp.zeros((3, 3, 4, 4)), dilation=2, method="fft")
     with pytest.raises(ValueError, match="precision='fp8' is invalid: valid precisions"):
         C.conv2d(x, jnp.zeros((3, 3, 4, 4)), precision="fp8", method="fft")
