@@ -7,7 +7,8 @@ convolution by one of :data:`METHODS`: ``'direct'`` (XLA's convolution; every st
 and downsampling rule), ``'im2col'`` (one matrix product over the gathered taps; an ungrouped
 correlation at stride 1 or 2, every downsampling rule), or, for a stride-1 ungrouped ``'SAME'``
 correlation, ``'fft'`` (products of spectra) or ``'winograd'`` (minimal filtering,
-:mod:`invjax.ops.winograd`); all compute the same sums (tested with gradients). What holds beside it: the scale convolution's FFT form
+:mod:`invjax.ops.winograd`); all compute the same sums (tested with gradients). What holds
+beside it: the scale convolution's FFT form
 (:func:`invjax.ops.scale.apply_scale_kernel`) transforms each input scale once for all output
 scales with the helpers below (:func:`fft_spectra`, :func:`fft_output`, at :func:`fft_precision`)
 instead of calling :func:`conv2d` per output scale; and the trainer's smoke-test model
