@@ -263,13 +263,17 @@ def test_show_prints_each_kind(tmp_path):
         {"kind": "payoff", "variant": "ii_ws", "realisation": 0, "factor": 0.3, "error": 50.0},
         {"kind": "payoff", "variant": "ii_ws", "realisation": 1, "factor": 0.3, "error": 40.0},
     ]  # fmt: skip
+    rows[0]["host"] = {"cpu_id": "AuthenticAMD 25/1/1"}
     rows.append(rows[0] | {"variant": "ii_nodiv", "test_error": 18.0})
+    # the same realisation on another processor: not paired with ii_ws here
+    rows.append(rows[0] | {"variant": "ii_gap", "test_error": 19.0, "host": {"cpu_id": "x 6/167"}})
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     study = {ii_probe.study_run("ii_ws", 0): {"test_error": 26.9}}
     study[ii_probe.study_run("disco", 0)] = {"test_error": 24.3}
     text = "\n".join(ii_probe.show_lines(ii_probe.read_rows(str(path)), study))
-    assert "ii_ws       0   20.50 ( 26.90)  0.300  True" in text
+    assert "ii_ws       0   20.50 ( 26.90)  0.300  True  AuthenticAMD 25/1/1" in text
     assert "ii_ws       (2)  45.00" in text
     # ii_nodiv - ii_ws here, - the study's ii_ws, - the study's disco (realisation 0)
     assert "ii_nodiv    (1)  18.00   -2.50 (1)   -8.90 (1)   -6.30 (1)" in text
+    assert "ii_gap      (1)  19.00       -   -7.90 (1)   -5.30 (1)" in text

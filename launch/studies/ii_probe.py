@@ -457,21 +457,30 @@ def _mean(values) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def processor(row: dict) -> str:
+    """The processor a row was measured on (``host.cpu_id``, e.g. ``AuthenticAMD 25/1/1``)."""
+    return (row.get("host") or {}).get("cpu_id") or "?"
+
+
 def comparison_lines(last: dict, study_rows: dict) -> list[str]:
     """Per variant, its mean test error over the realisations it trained and the mean paired
-    differences (points) against ``ii_ws`` trained here and against the study's ``ii_ws`` and
-    ``disco`` rows of the same realisations (descriptive: no test)."""
+    differences (points) against ``ii_ws`` trained here on the same realisation *and the same
+    processor* (runs are exact per processor, not across processors: the README's section) and
+    against the study's ``ii_ws`` and ``disco`` rows of the same realisations (descriptive: no
+    test)."""
     errors: dict = {}
     for (kind, v, s, _, _), r in last.items():
         if kind == "train":
-            errors.setdefault(v, {})[s] = r["test_error"]
+            errors.setdefault(v, {})[s] = (r["test_error"], processor(r))
     out = [
-        "compare: variant (realisations) mean test error; - ii_ws here; - study ii_ws; - study disco"
+        "compare: variant (realisations) mean test error; - ii_ws here (same processor);"
+        " - study ii_ws; - study disco"
     ]
-    for v, by in sorted(errors.items()):
+    for v, got in sorted(errors.items()):
+        by = {s: e for s, (e, _) in got.items()}
         cells = [f"{np.mean(list(by.values())):6.2f}"]
         ref_here = errors.get("ii_ws", {})
-        here = [by[s] - ref_here[s] for s in by if s in ref_here]
+        here = [by[s] - ref_here[s][0] for s in by if s in ref_here and ref_here[s][1] == got[s][1]]
         cells.append(f"{np.mean(here):+6.2f} ({len(here)})" if here else "     -")
         for arm in ("ii_ws", "disco"):
             pairs = [
@@ -490,13 +499,15 @@ def show_lines(rows: Sequence[dict], study_rows: dict | None = None) -> list[str
     last: dict = {}
     for r in rows:
         last[(r["kind"], r["variant"], r["realisation"], r.get("epoch"), r.get("factor"))] = r
-    out = ["train: variant, realisation, test error (study row's), train loss, converged"]
+    out = [
+        "train: variant, realisation, test error (study row's), train loss, converged, processor"
+    ]
     for (kind, v, s, _, _), r in sorted(last.items(), key=lambda kv: str(kv[0])):
         if kind == "train":
             conv = (r.get("convergence") or {}).get("converged")
             out.append(
                 f"  {v:11s} {s}  {r['test_error']:6.2f} ({r['study_test_error']:6.2f})"
-                f"  {r['train_loss']:.3f}  {conv}"
+                f"  {r['train_loss']:.3f}  {conv}  {processor(r)}"
             )
     out.append(
         "stats: variant, realisation, epoch, head in mean/sd/floor, head out sd/batch sd,"
