@@ -265,8 +265,10 @@ def test_show_prints_each_kind(tmp_path):
     ]  # fmt: skip
     rows[0]["host"] = {"cpu_id": "AuthenticAMD 25/1/1"}
     rows.append(rows[0] | {"variant": "ii_nodiv", "test_error": 18.0})
-    # the same realisation on another processor: not paired with ii_ws here
-    rows.append(rows[0] | {"variant": "ii_gap", "test_error": 19.0, "host": {"cpu_id": "x 6/167"}})
+    # the same realisation on another processor: paired with ii_ws on that processor only
+    other = {"host": {"cpu_id": "x 6/167"}}
+    rows.append(rows[0] | other | {"variant": "ii_gap", "test_error": 19.0})
+    rows.append(rows[0] | other | {"test_error": 30.0})
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     study = {ii_probe.study_run("ii_ws", 0): {"test_error": 26.9}}
@@ -276,4 +278,5 @@ def test_show_prints_each_kind(tmp_path):
     assert "ii_ws       (2)  45.00" in text
     # ii_nodiv - ii_ws here, - the study's ii_ws, - the study's disco (realisation 0)
     assert "ii_nodiv    (1)  18.00   -2.50 (1)   -8.90 (1)   -6.30 (1)" in text
-    assert "ii_gap      (1)  19.00       -   -7.90 (1)   -5.30 (1)" in text
+    assert "ii_ws       0   30.00 ( 26.90)  0.300  True  x 6/167" in text  # both processors' rows
+    assert "ii_gap      (1)  19.00  -11.00 (1)   -7.90 (1)   -5.30 (1)" in text

@@ -468,41 +468,41 @@ def comparison_lines(last: dict, study_rows: dict) -> list[str]:
     processor* (runs are exact per processor, not across processors: the README's section) and
     against the study's ``ii_ws`` and ``disco`` rows of the same realisations (descriptive: no
     test)."""
-    errors: dict = {}
-    for (kind, v, s, _, _), r in last.items():
+    errors: dict = {}  # variant -> {(realisation, processor): test error}
+    for (kind, v, s, _, _, cpu), r in last.items():
         if kind == "train":
-            errors.setdefault(v, {})[s] = (r["test_error"], processor(r))
+            errors.setdefault(v, {})[(s, cpu)] = r["test_error"]
     out = [
-        "compare: variant (realisations) mean test error; - ii_ws here (same processor);"
+        "compare: variant (runs) mean test error; - ii_ws here (same realisation and processor);"
         " - study ii_ws; - study disco"
     ]
     for v, got in sorted(errors.items()):
-        by = {s: e for s, (e, _) in got.items()}
-        cells = [f"{np.mean(list(by.values())):6.2f}"]
+        cells = [f"{np.mean(list(got.values())):6.2f}"]
         ref_here = errors.get("ii_ws", {})
-        here = [by[s] - ref_here[s][0] for s in by if s in ref_here and ref_here[s][1] == got[s][1]]
+        here = [e - ref_here[key] for key, e in got.items() if key in ref_here]
         cells.append(f"{np.mean(here):+6.2f} ({len(here)})" if here else "     -")
         for arm in ("ii_ws", "disco"):
             pairs = [
-                by[s] - study_rows[study_run(arm, s)]["test_error"]
-                for s in by
+                e - study_rows[study_run(arm, s)]["test_error"]
+                for (s, _), e in got.items()
                 if study_run(arm, s) in study_rows
             ]
             cells.append(f"{np.mean(pairs):+6.2f} ({len(pairs)})" if pairs else "     -")
-        out.append(f"  {v:11s} ({len(by)}) " + "  ".join(cells))
+        out.append(f"  {v:11s} ({len(got)}) " + "  ".join(cells))
     return out
 
 
 def show_lines(rows: Sequence[dict], study_rows: dict | None = None) -> list[str]:
     """The record as text tables: test errors, the statistics per epoch, error per factor (the
     last row of each measurement counts); with the study's rows, the paired comparisons."""
-    last: dict = {}
+    last: dict = {}  # the last row of each measurement on each processor
     for r in rows:
-        last[(r["kind"], r["variant"], r["realisation"], r.get("epoch"), r.get("factor"))] = r
+        key = (r["kind"], r["variant"], r["realisation"], r.get("epoch"), r.get("factor"))
+        last[key + (processor(r),)] = r
     out = [
         "train: variant, realisation, test error (study row's), train loss, converged, processor"
     ]
-    for (kind, v, s, _, _), r in sorted(last.items(), key=lambda kv: str(kv[0])):
+    for (kind, v, s, _, _, _), r in sorted(last.items(), key=lambda kv: str(kv[0])):
         if kind == "train":
             conv = (r.get("convergence") or {}).get("converged")
             out.append(
@@ -513,7 +513,7 @@ def show_lines(rows: Sequence[dict], study_rows: dict | None = None) -> list[str
         "stats: variant, realisation, epoch, head in mean/sd/floor, head out sd/batch sd,"
         " |g| in/out, train/eval-mode error, divisor mean, |g| num/div path, cos"
     )
-    for (kind, v, s, e, _), r in sorted(last.items(), key=lambda kv: str(kv[0])):
+    for (kind, v, s, e, _, _), r in sorted(last.items(), key=lambda kv: str(kv[0])):
         if kind == "stats":
             hi, ho = r["head_in"], r["head_out"]
             line = (
@@ -528,7 +528,7 @@ def show_lines(rows: Sequence[dict], study_rows: dict | None = None) -> list[str
                 )
             out.append(line)
     pay: dict = {}
-    for (kind, v, _s, _, f), r in last.items():
+    for (kind, v, _s, _, f, _), r in last.items():
         if kind == "payoff":
             pay.setdefault(v, {}).setdefault(f, []).append(r["error"])
     if pay:
