@@ -4,9 +4,9 @@
         [--kernel 5] [--stride 1] [--lowerings direct,winograd] [--repeats 3]
 
 For each ``SIDExCHANNELS`` (or ``SIDExINxOUT``) shape: the ``'SAME'`` convolution of a ``[batch,
-side, side, channels]`` map with a ``[k, k, channels, channels]`` kernel (an E(2) group
-convolution after its kernel expansion: ``channels = fields |G|``) at ``--stride`` (2: the
-symmetric rule, the box folded into a ``k+1`` kernel on even maps), forward and the gradients with respect to input
+side, side, in]`` map with a ``[k, k, in, out]`` kernel (an E(2) group convolution after its
+kernel expansion: ``channels = fields |G|``) at ``--stride`` (2: the symmetric rule, the box
+folded into a ``k+1`` kernel on even maps), forward and the gradients with respect to input
 and kernel of ``sum(y^2)``, by :func:`invjax.ops.conv.conv2d` in each lowering named; all
 shapes and lowerings alternate in each round; medians, and each lowering's time against the
 first one's. What :func:`invjax.ops.lowering.choose_e2_lowering`'s thresholds rest on.
