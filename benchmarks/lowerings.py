@@ -27,15 +27,14 @@ import importlib
 import os
 import pathlib
 import platform
-import statistics
 import sys
-import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # measure the invjax of this checkout; configs/ beside it
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from e2_lowerings import alternating_medians  # noqa: E402  (the same alternating rounds)
 
 from invjax.layers import scale as sl  # noqa: E402
 from invjax.ops.lowering import LOWERINGS  # noqa: E402
@@ -98,13 +97,7 @@ def interleaved(steps: dict, repeats: int) -> dict:
     """Median seconds of each ``(fn, args)``; one untimed call each first (compilation)."""
     for fn, args in steps.values():
         jax.block_until_ready(fn(*args))
-    times = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, (fn, args) in steps.items():
-            t = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return alternating_medians(steps, repeats)
 
 
 def measure(case: str, batch: int, lowerings, repeats: int) -> list[str]:
