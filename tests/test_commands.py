@@ -272,13 +272,14 @@ def dry_run_in_process(config_path: pathlib.Path, workdir: pathlib.Path) -> None
     assert not workdir.exists()  # a dry run writes nothing
 
 
+@pytest.mark.slow  # every config's full-size network traced: seconds each
 @pytest.mark.parametrize("name,command", config_commands(), ids=[n for n, _ in config_commands()])
 def test_config_docstring_command(name, command, tmp_path):
     """Each config's command, dry-run in this process: the command line around the config is the
     same for every config, and its subprocess form (flag parsing, the exit status and the one line
     of a dataset not prepared here) is run by ``test_readme_command`` on the README's
-    ``invjax.main`` commands, a prepared dataset's and unprepared ones'. One process per config
-    cost seconds of imports each, 58 times."""
+    ``invjax.main`` commands, a prepared dataset's and unprepared ones'. (A process per config
+    would import JAX, Flax and the data libraries again for each.)"""
     assert command == (f"python -m invjax.main --config=configs/{name}.py --workdir=runs/{name}"), (
         f"configs/{name}.py: its docstring must start with the command that runs it"
     )
